@@ -1,0 +1,44 @@
+"""Core types and the environment API. Imports nothing else of ludus, and no heavy libraries."""
+
+from ludus.core.env import Env, EnvStateError, SingleTurnEnv, Split, TaskSource, ToolEnv
+from ludus.core.registry import EnvLoadError, UnknownEnvError, make, register
+from ludus.core.tools import Tool, ToolSchemaError, tool_spec, validate_arguments
+from ludus.core.types import (
+    Message,
+    Observation,
+    Score,
+    Status,
+    StepResult,
+    Task,
+    ToolCall,
+    ToolSpec,
+    Trajectory,
+    Turn,
+)
+
+__all__ = [
+    "Env",
+    "EnvLoadError",
+    "EnvStateError",
+    "Message",
+    "Observation",
+    "Score",
+    "SingleTurnEnv",
+    "Split",
+    "Status",
+    "StepResult",
+    "Task",
+    "TaskSource",
+    "Tool",
+    "ToolCall",
+    "ToolEnv",
+    "ToolSchemaError",
+    "ToolSpec",
+    "Trajectory",
+    "Turn",
+    "UnknownEnvError",
+    "make",
+    "register",
+    "tool_spec",
+    "validate_arguments",
+]

@@ -1,0 +1,211 @@
+"""The environment API: ``reset(task, seed) -> Observation``, ``step(action) -> StepResult``.
+
+Invariants every environment keeps (``ludus check ENV`` tests them):
+
+* ``reset`` starts a fresh episode and returns the full conversation the policy sees first;
+  the same task and seed give the same observation.
+* ``step`` takes the policy's assistant message (or its text) and returns only the messages
+  the environment *adds*; calling it before ``reset`` or after the episode ended raises
+  :class:`EnvStateError`.
+* The last step of an episode is ``terminated`` or ``truncated`` and carries the final
+  :class:`Score`; every reward lies in ``reward_range``.
+* Bad model output never raises: it ends in a score with a status such as ``format_error``.
+  An exception inside the environment's own code is reported as status ``infra_error``
+  (training masks it) rather than crashing the run or passing as a reward of 0.
+
+Subclasses implement two hooks, :meth:`Env.begin` and :meth:`Env.transition`; the base class
+keeps the episode state and enforces the invariants. :class:`SingleTurnEnv` and
+:class:`ToolEnv` cover the common shapes in a few lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from ludus.core.tools import Tool
+from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolCall, ToolSpec
+
+Split = Literal["train", "eval"]
+
+
+class EnvStateError(RuntimeError):
+    """``step`` was called when no episode is running (before ``reset`` or after the end)."""
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """An indexable, deterministic supply of tasks: ``get(i)`` is always the same task.
+
+    ``size`` is the number of distinct tasks, or ``None`` for an endless procedural source.
+    """
+
+    size: int | None
+
+    def get(self, index: int) -> Task: ...
+
+
+class Env(ABC):
+    """Base class of every environment. Subclass, set ``name``/``description``, implement the hooks."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    max_turns: int = 1
+
+    def __init__(self, tasks: TaskSource | None = None):
+        self._tasks = tasks
+        self.task: Task | None = None
+        self.messages: list[Message] = []
+        self.turn = 0
+        self.done = True
+        self.rng = random.Random(0)
+
+    # ---- hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def begin(self, task: Task) -> Observation:
+        """Set up the episode for ``task`` (use ``self.rng`` for any randomness) and return
+        the first observation."""
+
+    @abstractmethod
+    def transition(self, action: Message) -> StepResult:
+        """Apply the policy's message. Return the added messages, reward, end flags and,
+        on the last step, the score. ``self.turn`` counts turns already completed."""
+
+    def default_tasks(self, split: Split = "train") -> TaskSource:
+        """Where tasks come from when ``reset`` gets none. Override to provide a built-in supply."""
+        raise NotImplementedError(
+            f"environment {self.name or type(self).__name__!r} has no built-in tasks; "
+            "pass tasks=... when creating it or a task to reset()"
+        )
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools offered to the model; none by default."""
+        return []
+
+    def close(self) -> None:
+        """Release anything the environment holds (processes, connections)."""
+
+    # ---- public API --------------------------------------------------------------------
+    def task_source(self, split: Split = "train") -> TaskSource:
+        return self._tasks if self._tasks is not None else self.default_tasks(split)
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> Observation:
+        """Start an episode on ``task`` (or on task number ``seed`` of the default supply)."""
+        seed = 0 if seed is None else int(seed)
+        if task is None:
+            task = self.task_source("train").get(seed)
+        if not isinstance(task, Task):
+            raise TypeError(f"reset() expects a ludus Task, got {type(task).__name__}")
+        self.rng = random.Random(f"{self.name}:{task.id}:{seed}")
+        self.task, self.turn, self.done = task, 0, False
+        obs = self.begin(task)
+        self.messages = list(obs.messages)
+        return obs
+
+    def step(self, action: str | Message) -> StepResult:
+        """Apply one policy turn. Never raises because of what the model wrote."""
+        if self.task is None or self.done:
+            raise EnvStateError("step() needs a running episode: call reset() first (again after the episode ends)")
+        if isinstance(action, str):
+            action = Message("assistant", action)
+        if not isinstance(action, Message) or action.role != "assistant":
+            raise TypeError("step() expects the policy's text or an assistant Message")
+        try:
+            result = self.transition(action)
+            problem = self._contract_problem(result)
+        except Exception as exc:  # the environment's own bug or infrastructure: not the policy's fault
+            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            result = StepResult(Observation([]), 0.0, terminated=True)
+            problem = f"{type(self).__name__}.transition raised {detail}"
+        if problem:
+            result.reward, result.terminated = 0.0, True
+            result.score = Score.zero(Status.INFRA_ERROR, problem)
+        self.turn += 1
+        if not result.done and self.turn >= self.max_turns:
+            result.truncated = True
+            result.score = Score.zero(Status.TRUNCATED, f"no final answer within {self.max_turns} turns")
+        self.messages.append(action)
+        self.messages.extend(result.observation.messages)
+        self.done = result.done
+        return result
+
+    async def areset(self, task: Task | None = None, seed: int | None = None) -> Observation:
+        """``reset`` for event loops; runs in a worker thread unless a subclass overrides it."""
+        return await asyncio.to_thread(self.reset, task, seed)
+
+    async def astep(self, action: str | Message) -> StepResult:
+        """``step`` for event loops; runs in a worker thread unless a subclass overrides it."""
+        return await asyncio.to_thread(self.step, action)
+
+    def _contract_problem(self, result: StepResult) -> str | None:
+        if not isinstance(result, StepResult):
+            return f"transition() returned {type(result).__name__}, not a StepResult"
+        lo, hi = self.reward_range
+        if not lo <= result.reward <= hi:
+            return f"reward {result.reward} is outside the declared reward_range {self.reward_range}"
+        if result.done and result.score is None:
+            return "the episode ended without a Score"
+        return None
+
+
+class SingleTurnEnv(Env):
+    """One prompt, one answer, one score. Implement :meth:`score` (and optionally :meth:`prompt`)."""
+
+    system_prompt: ClassVar[str | None] = None
+
+    def prompt(self, task: Task) -> str:
+        return task.prompt
+
+    @abstractmethod
+    def score(self, task: Task, completion: str) -> Score:
+        """Grade the model's whole answer. Deny by default: anything unrecognised scores 0."""
+
+    def begin(self, task: Task) -> Observation:
+        messages = [Message("system", self.system_prompt)] if self.system_prompt else []
+        return Observation(messages + [Message("user", self.prompt(task))], self.tools())
+
+    def transition(self, action: Message) -> StepResult:
+        assert self.task is not None
+        score = self.score(self.task, action.content)
+        return StepResult(Observation([]), reward=score.value, terminated=True, score=score)
+
+
+class ToolEnv(SingleTurnEnv):
+    """Multi-turn episodes where the model calls tools until it gives a final answer.
+
+    List the tools in :meth:`tool_functions` (type-hinted functions or bound methods, so
+    tools can reach per-episode state); a message without tool calls is the final answer and
+    goes to :meth:`score`.
+    """
+
+    max_turns = 8
+
+    def tool_functions(self) -> Sequence[Callable[..., Any]]:
+        return []
+
+    def tools(self) -> list[ToolSpec]:
+        return [t.spec for t in self._tool_map().values()]
+
+    def _tool_map(self) -> dict[str, Tool]:
+        return {t.name: t for t in map(Tool, self.tool_functions())}
+
+    def transition(self, action: Message) -> StepResult:
+        if not action.tool_calls:
+            return super().transition(action)
+        tools = self._tool_map()
+        replies = [self._run(tools, call) for call in action.tool_calls]
+        return StepResult(Observation(replies))
+
+    @staticmethod
+    def _run(tools: dict[str, Tool], call: ToolCall) -> Message:
+        tool = tools.get(call.name)
+        if tool is None:
+            text = f"Error: no tool named {call.name!r}; available: {', '.join(tools) or 'none'}"
+        else:
+            text, _ = tool(call)
+        return Message("tool", text, tool_call_id=call.id or None, name=call.name)

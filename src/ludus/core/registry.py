@@ -1,0 +1,107 @@
+"""Find environments by name: Ludus's built-ins plus any installed package's ``ludus.envs`` entry points.
+
+A third-party package makes its environment available to ``ludus train --env NAME`` by
+declaring, in its ``pyproject.toml``::
+
+    [project.entry-points."ludus.envs"]
+    my-env = "my_package.module:MyEnv"
+
+Built-ins are listed here as import paths so that ``ludus envs`` stays fast: a module is
+imported only when its environment is made or described.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from ludus.core.env import Env
+
+ENTRY_POINT_GROUP = "ludus.envs"
+
+_BUILTINS: dict[str, str] = {
+    "arithmetic": "ludus.envs.procedural:ArithmeticEnv",
+    "countdown": "ludus.envs.procedural:CountdownEnv",
+    "sorting": "ludus.envs.procedural:SortingEnv",
+    "linear-equation": "ludus.envs.procedural:LinearEquationEnv",
+}
+
+_registered: dict[str, type[Env]] = {}
+
+
+class UnknownEnvError(KeyError):
+    """No environment has this name. The message lists close matches and how to see all."""
+
+    def __str__(self) -> str:  # KeyError would print the message with quotes
+        return str(self.args[0])
+
+
+class EnvLoadError(ImportError):
+    """An environment is registered but its code could not be imported or is not an Env."""
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    target: str  # "module:Class"
+    origin: str  # "builtin", "entry point (package X)", or "registered"
+
+    def load(self) -> type[Env]:
+        if self.name in _registered:
+            return _registered[self.name]
+        module_name, _, attr = self.target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:
+            raise EnvLoadError(
+                f"environment {self.name!r} ({self.origin}) points to {self.target}, which failed to import: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not (isinstance(obj, type) and issubclass(obj, Env)):
+            raise EnvLoadError(f"environment {self.name!r} points to {self.target}, which is not a ludus Env subclass")
+        return obj
+
+
+def register(name: str, env_cls: type[Env]) -> None:
+    """Register an environment class in this process (tests, notebooks). Packages should
+    use the ``ludus.envs`` entry point instead, so every process finds it."""
+    if not (isinstance(env_cls, type) and issubclass(env_cls, Env)):
+        raise TypeError(f"register({name!r}, ...) needs an Env subclass, got {env_cls!r}")
+    _registered[name] = env_cls
+
+
+def entries() -> dict[str, EnvEntry]:
+    """Every known environment by name. Built-ins win over an entry point of the same name."""
+    found: dict[str, EnvEntry] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        origin = f"entry point ({dist.name})" if dist is not None else "entry point"
+        found[ep.name] = EnvEntry(ep.name, ep.value, origin)
+    for name, target in _BUILTINS.items():
+        found[name] = EnvEntry(name, target, "builtin")
+    for name, cls in _registered.items():
+        found[name] = EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
+    return dict(sorted(found.items()))
+
+
+def get_entry(name: str) -> EnvEntry:
+    known = entries()
+    if name in known:
+        return known[name]
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise UnknownEnvError(f"no environment named {name!r}.{hint} Run `ludus envs` to list them all.")
+
+
+def env_class(name: str) -> type[Env]:
+    return get_entry(name).load()
+
+
+def make(name: str, **kwargs: Any) -> Env:
+    """Create the environment registered as ``name`` with keyword arguments for its constructor."""
+    return env_class(name)(**kwargs)

@@ -1,0 +1,100 @@
+"""Exact-answer verification for tasks whose gold answer is an integer or a list of integers.
+
+Deny by default: the final answer must be *exactly one* well-formed value. Hedging (two
+different boxed answers, "3 or 4"), extra words and empty answers score 0 with a status
+saying why. Model text is never evaluated; it is parsed with regular expressions.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ludus.core.types import Score, Status
+
+MAX_ANSWER_CHARS = 2_000
+
+_TAGGED = re.compile(r"<answer>(.*?)</answer>", re.S)
+_BOXED = re.compile(r"\\(?:boxed|fbox)\{([^{}]*)\}")
+_ANSWER_LINE = re.compile(r"^\s*(?:final answer|answer)\s*[:=]\s*(.+?)\s*$", re.I | re.M)
+_GSM8K = re.compile(r"^####\s*(.+?)\s*$", re.M)
+_INT = re.compile(r"[+-]?\d+")
+_MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})
+
+
+def extract_answer(text: str) -> tuple[str | None, str]:
+    """The final answer in ``text`` and where it came from.
+
+    Looks, in order, for ``<answer>…</answer>``, ``\\boxed{…}``, an ``Answer:`` line and a
+    GSM8K ``#### …`` line (after any ``</think>``); without any marker the whole text is the
+    answer. Returns ``(None, reason)`` when several *different* marked answers are given.
+    """
+    text = text.rsplit("</think>", 1)[-1]
+    for pattern, where in (
+        (_TAGGED, "<answer> tag"),
+        (_BOXED, "\\boxed"),
+        (_ANSWER_LINE, "Answer: line"),
+        (_GSM8K, "#### line"),
+    ):
+        found = [m.strip() for m in pattern.findall(text)]
+        if found:
+            if len(set(found)) > 1:
+                return None, f"{len(set(found))} different final answers in {where}s: {found[:4]}"
+            return found[-1], where
+    return text.strip(), "whole reply"
+
+
+def parse_int(text: str) -> int | None:
+    text = text.translate(_MINUS).strip().rstrip(".").replace(" ", "")
+    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+", text):
+        text = text.replace(",", "")
+    return int(text) if _INT.fullmatch(text) else None
+
+
+def parse_int_list(text: str) -> list[int] | None:
+    text = text.translate(_MINUS).strip().strip("[]()").strip()
+    if not text:
+        return []
+    parts = [p.strip() for p in re.split(r"[,\s]+", text) if p.strip()]
+    values = [int(p) if _INT.fullmatch(p) else None for p in parts]
+    return None if any(v is None for v in values) else [v for v in values if v is not None]
+
+
+def _prepare(completion: str) -> tuple[str | None, Score | None]:
+    if len(completion) > MAX_ANSWER_CHARS:
+        return None, Score.zero(
+            Status.FORMAT_ERROR, f"reply is {len(completion)} characters; the cap is {MAX_ANSWER_CHARS}"
+        )
+    answer, where = extract_answer(completion)
+    if answer is None:
+        return None, Score.zero(Status.AMBIGUOUS, where)
+    if not answer:
+        return None, Score.zero(Status.NO_ANSWER, f"empty answer ({where})")
+    return answer, None
+
+
+def score_int(completion: str, gold: int) -> Score:
+    """1.0 if the reply's single final answer is the integer ``gold``, else 0 with the reason."""
+    answer, early = _prepare(completion)
+    if early is not None:
+        return early
+    assert answer is not None
+    value = parse_int(answer)
+    if value is None:
+        return Score(0.0, Status.FORMAT_ERROR, f"{answer[:60]!r} is not a single integer", extracted=answer)
+    if value == int(gold):
+        return Score(1.0, Status.CORRECT, f"{value} is correct", extracted=answer)
+    return Score(0.0, Status.WRONG, f"expected {gold}, got {value}", extracted=answer)
+
+
+def score_int_list(completion: str, gold: list[int]) -> Score:
+    """1.0 if the reply's final answer is exactly the list ``gold`` (same order), else 0."""
+    answer, early = _prepare(completion)
+    if early is not None:
+        return early
+    assert answer is not None
+    values = parse_int_list(answer)
+    if values is None:
+        return Score(0.0, Status.FORMAT_ERROR, f"{answer[:60]!r} is not a list of integers", extracted=answer)
+    if values == list(gold):
+        return Score(1.0, Status.CORRECT, "the list is correct", extracted=answer)
+    return Score(0.0, Status.WRONG, f"expected {gold}, got {values}", extracted=answer)
