@@ -87,6 +87,11 @@ class Env(ABC):
         """The tools offered to the model; none by default."""
         return []
 
+    def reference(self, task: Task) -> str | None:
+        """A reply that earns full reward on ``task``, if the environment knows one. Used for
+        supervised warm-starts and by ``ludus check``; ``None`` when there is none to give."""
+        return None
+
     def close(self) -> None:
         """Release anything the environment holds (processes, connections)."""
 

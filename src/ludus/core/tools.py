@@ -89,7 +89,10 @@ def tool_spec(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
     summary, param_docs = _parse_docstring(fn.__doc__ or "")
     if not summary:
         raise ToolSchemaError(f"tool {tool_name!r} needs a docstring: it is the description the model reads")
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as exc:  # a string annotation naming something not importable where fn lives
+        raise ToolSchemaError(f"tool {tool_name!r}: cannot resolve its type hints: {exc}") from exc
     properties: dict[str, Any] = {}
     required: list[str] = []
     for pname, param in inspect.signature(fn).parameters.items():

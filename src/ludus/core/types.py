@@ -129,7 +129,7 @@ class ToolSpec(_JsonMixin):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolSpec:
-        if data.get("type") == "function" and "function" in data:
+        if isinstance(data, dict) and data.get("type") == "function" and "function" in data:
             data = data["function"]
         return cls(**_known(cls, data))
 
@@ -211,9 +211,10 @@ class Observation(_JsonMixin):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Observation:
+        kw = _known(cls, data)
         return cls(
-            messages=[Message.from_dict(m) for m in data.get("messages", [])],
-            tools=[ToolSpec.from_dict(t) for t in data.get("tools", [])],
+            messages=[Message.from_dict(m) for m in kw.get("messages", [])],
+            tools=[ToolSpec.from_dict(t) for t in kw.get("tools", [])],
         )
 
 

@@ -59,7 +59,12 @@ def parse_int_list(text: str) -> list[int] | None:
     return None if any(v is None for v in values) else [v for v in values if v is not None]
 
 
-def _prepare(completion: str) -> tuple[str | None, Score | None]:
+def final_answer(completion: str) -> tuple[str | None, Score | None]:
+    """The reply's single final answer, or the zero :class:`Score` saying why there is none.
+
+    Shared by every exact-answer verifier so that length caps, hedging and empty answers are
+    judged the same way everywhere.
+    """
     if len(completion) > MAX_ANSWER_CHARS:
         return None, Score.zero(
             Status.FORMAT_ERROR, f"reply is {len(completion)} characters; the cap is {MAX_ANSWER_CHARS}"
@@ -72,12 +77,17 @@ def _prepare(completion: str) -> tuple[str | None, Score | None]:
     return answer, None
 
 
-def score_int(completion: str, gold: int) -> Score:
-    """1.0 if the reply's single final answer is the integer ``gold``, else 0 with the reason."""
-    answer, early = _prepare(completion)
+def score_int(completion: str, gold: int, *, variable: str | None = None) -> Score:
+    """1.0 if the reply's single final answer is the integer ``gold``, else 0 with the reason.
+
+    With ``variable="x"`` the answer may also be written ``x = 5``, as people write solutions.
+    """
+    answer, early = final_answer(completion)
     if early is not None:
         return early
     assert answer is not None
+    if variable is not None:
+        answer = re.sub(rf"^{re.escape(variable)}\s*=\s*", "", answer)
     value = parse_int(answer)
     if value is None:
         return Score(0.0, Status.FORMAT_ERROR, f"{answer[:60]!r} is not a single integer", extracted=answer)
@@ -88,7 +98,7 @@ def score_int(completion: str, gold: int) -> Score:
 
 def score_int_list(completion: str, gold: list[int]) -> Score:
     """1.0 if the reply's final answer is exactly the list ``gold`` (same order), else 0."""
-    answer, early = _prepare(completion)
+    answer, early = final_answer(completion)
     if early is not None:
         return early
     assert answer is not None
@@ -98,3 +108,16 @@ def score_int_list(completion: str, gold: list[int]) -> Score:
     if values == list(gold):
         return Score(1.0, Status.CORRECT, "the list is correct", extracted=answer)
     return Score(0.0, Status.WRONG, f"expected {gold}, got {values}", extracted=answer)
+
+
+def digit_agreement(value: int | None, gold: int) -> float:
+    """Fraction of positions (right-aligned, sign included) where ``value`` and ``gold`` agree.
+
+    The denominator is the longer of the two, so padding an answer with extra digits lowers it.
+    """
+    if value is None:
+        return 0.0
+    a, b = str(value), str(gold)
+    width = max(len(a), len(b))
+    a, b = a.rjust(width), b.rjust(width)
+    return sum(x == y for x, y in zip(a, b, strict=True)) / width

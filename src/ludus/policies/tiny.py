@@ -1,0 +1,256 @@
+"""The embedded default policy: a small byte-level decoder-only transformer, initialised by Ludus.
+
+Readable top to bottom: tokenizer, model (pre-norm GPT blocks with a KV cache), batched
+sampling with per-token log-probs, and the :class:`TinyPolicy` wrapper the trainer uses.
+Nothing is downloaded: the weights start random (seeded) and are saved to a local folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ludus.core.types import Message
+from ludus.policies.base import Completion, SamplingParams, TrainablePolicy
+
+# ---- tokenizer -----------------------------------------------------------------------------
+PAD, BOS, EOS = 256, 257, 258
+VOCAB_SIZE = 259
+
+
+class ByteTokenizer:
+    """UTF-8 bytes plus three specials. Any text encodes; nothing to download or train."""
+
+    pad_id, bos_id, eos_id, vocab_size = PAD, BOS, EOS, VOCAB_SIZE
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def render(self, messages: list[Message]) -> list[int]:
+        """The tiny chat template: ``BOS`` + each user/tool message followed by a newline, each
+        assistant message followed by ``EOS``. System messages are left out: with a few dozen
+        positions of context the model cannot afford instructions it cannot read anyway."""
+        ids = [BOS]
+        for m in messages:
+            if m.role == "assistant":
+                ids += self.encode(m.content) + [EOS]
+            elif m.role in ("user", "tool"):
+                ids += self.encode(m.content + "\n")
+        return ids
+
+
+# ---- model ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TinyConfig:
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    max_len: int = 64
+    vocab_size: int = VOCAB_SIZE
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
+        )
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.apply(self._init)
+        for block in self.blocks:  # scaled residual init (GPT-2) keeps deep stacks stable
+            nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, KVCache]:
+        """``ids``/``positions``: ``[B, T]``; ``mask``: ``[B, 1, T, T_past + T]`` (True = attend).
+        Returns logits ``[B, T, V]`` (output weights tied to the embedding) and the new cache."""
+        x = self.tok(ids) + self.pos(positions)
+        new_cache: KVCache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, mask, cache[i] if cache else None)
+            new_cache.append(kv)
+        return self.ln_f(x) @ self.tok.weight.T, new_cache
+
+
+# ---- sampling ------------------------------------------------------------------------------
+def _sample(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token and its log-prob under the sampling distribution (temperature-scaled, before top-p)."""
+    if sampling.temperature == 0:
+        logp = F.log_softmax(logits, dim=-1)
+        token = logits.argmax(-1)
+        return token, logp.gather(-1, token[:, None])[:, 0]
+    logp = F.log_softmax(logits / sampling.temperature, dim=-1)
+    probs = logp.exp()
+    if sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+    token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return token, logp.gather(-1, token[:, None])[:, 0]
+
+
+class TinyPolicy(TrainablePolicy):
+    """The embedded default model behind the :class:`TrainablePolicy` interface."""
+
+    def __init__(self, config: TinyConfig | None = None, seed: int = 0):
+        self.config = config or TinyConfig()
+        self.tokenizer = ByteTokenizer()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.module = TinyTransformer(self.config)
+
+    @torch.no_grad()
+    def generate(
+        self, conversations: list[list[Message]], sampling: SamplingParams, generator: torch.Generator | None = None
+    ) -> list[Completion]:
+        prompts = [self.tokenizer.render(c) for c in conversations]
+        too_long = [len(p) for p in prompts if len(p) + sampling.max_tokens > self.config.max_len]
+        if too_long:
+            raise ValueError(
+                f"a prompt of {max(too_long)} tokens plus max_tokens={sampling.max_tokens} exceeds the tiny model's "
+                f"context of {self.config.max_len}; shorten the prompt, lower max_tokens or raise max_len"
+            )
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            return self._generate(prompts, sampling, generator)
+        finally:
+            self.module.train(was_training)
+
+    def _generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
+    ) -> list[Completion]:
+        b, width = len(prompts), max(map(len, prompts))
+        # Left-pad so every row's next token is at the same column; positions skip the padding.
+        ids = torch.full((b, width), PAD, dtype=torch.long)
+        valid = torch.zeros((b, width), dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p)
+            valid[i, width - len(p) :] = True
+        positions = (valid.cumsum(1) - 1).clamp(min=0)
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        # A padding row attends to itself only, so it stays finite (an all-masked row is NaN).
+        mask = (causal[None, None] & valid[:, None, None, :]) | torch.eye(width, dtype=torch.bool)
+        logits, cache = self.module(ids, positions, mask)
+        next_pos = positions[:, -1] + 1
+        out_ids = torch.empty((b, sampling.max_tokens), dtype=torch.long)
+        out_lp = torch.zeros((b, sampling.max_tokens))
+        finished = torch.zeros(b, dtype=torch.bool)
+        steps = 0
+        for t in range(sampling.max_tokens):
+            token, lp = _sample(logits[:, -1], sampling, generator)
+            token = token.masked_fill(finished, PAD)
+            out_ids[:, t], out_lp[:, t] = token, lp
+            steps = t + 1
+            finished |= token == EOS
+            if bool(finished.all()) or t + 1 == sampling.max_tokens:
+                break
+            valid = torch.cat([valid, torch.ones((b, 1), dtype=torch.bool)], dim=1)
+            logits, cache = self.module(token[:, None], next_pos[:, None], valid[:, None, None, :], cache)
+            next_pos = next_pos + 1
+        results = []
+        for i, p in enumerate(prompts):
+            row = out_ids[i, :steps].tolist()
+            n = row.index(EOS) + 1 if EOS in row else len(row)
+            ids_i = row[:n]
+            results.append(
+                Completion(
+                    text=self.tokenizer.decode(ids_i),
+                    prompt_ids=p,
+                    completion_ids=ids_i,
+                    logprobs=out_lp[i, :n].tolist(),
+                    finish_reason="stop" if ids_i and ids_i[-1] == EOS else "length",
+                )
+            )
+        return results
+
+    def token_logprobs(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = [p + c for p, c in zip(prompt_ids, completion_ids, strict=True)]
+        width, t_max = max(map(len, rows)), max(map(len, completion_ids))
+        ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+        for i, r in enumerate(rows):  # right padding: positions are plain 0..width-1
+            ids[i, : len(r)] = torch.tensor(r)
+        positions = torch.arange(width).expand(len(rows), width)
+        mask = torch.ones(width, width, dtype=torch.bool).tril()[None, None]
+        logits, _ = self.module(ids, positions, mask)
+        logits = logits[:, :-1] / max(temperature, 1e-6)
+        # Column t of the result is completion token t, predicted at position len(prompt) - 1 + t.
+        start = torch.tensor([len(p) - 1 for p in prompt_ids])
+        index = (start[:, None] + torch.arange(t_max)[None]).clamp(max=width - 2)
+        logits = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
+        logp_all = F.log_softmax(logits, dim=-1)
+        targets = ids[:, 1:].gather(1, index)
+        logp = logp_all.gather(-1, targets[:, :, None])[:, :, 0]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps({"kind": "tiny", **asdict(self.config)}, indent=2))
+        torch.save(self.module.state_dict(), path / "model.pt")
+
+    @classmethod
+    def load(cls, path: str | Path) -> TinyPolicy:
+        path = Path(path)
+        try:
+            cfg = json.loads((path / "config.json").read_text())
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{path} is not a saved tiny model: it has no config.json") from exc
+        if cfg.pop("kind", None) != "tiny":
+            raise ValueError(f"{path / 'config.json'} does not describe a tiny model (kind != 'tiny')")
+        policy = cls(TinyConfig(**cfg))
+        policy.module.load_state_dict(torch.load(path / "model.pt", weights_only=True))
+        return policy

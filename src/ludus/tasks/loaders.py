@@ -1,0 +1,200 @@
+"""Tasks from dataset files: JSON Lines and Parquet, with presets for GSM8K and MATH.
+
+The whole file is read and checked when it is loaded, so a malformed row stops the run
+before training starts, with an error naming the file, the line (or row) and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ludus.core.types import Task
+
+Preset = Literal["gsm8k", "math"]
+
+
+class TaskFileError(ValueError):
+    """A dataset file cannot be turned into tasks; the message says where and what to do."""
+
+    def __init__(self, path: Path, message: str, *, where: str | None = None, field: str | None = None):
+        self.path, self.where, self.field = path, where, field
+        super().__init__(f"{path}, {where}: {message}" if where else f"{path}: {message}")
+
+
+def gsm8k_gold(solution: str) -> str:
+    """The number after ``####`` in a GSM8K solution, without thousands separators."""
+    _, marker, gold = solution.rpartition("####")
+    gold = gold.strip().replace(",", "")
+    if not marker or not gold:
+        raise ValueError("has no '#### <answer>' line")
+    return gold
+
+
+def last_boxed(solution: str) -> str:
+    """The content of the last ``\\boxed{...}`` in a MATH solution (braces may nest)."""
+    start = solution.rfind("\\boxed{")
+    if start < 0:
+        raise ValueError("has no \\boxed{...} answer")
+    depth, begin = 0, start + len("\\boxed")
+    for i in range(begin, len(solution)):
+        depth += {"{": 1, "}": -1}.get(solution[i], 0)
+        if depth == 0:
+            content = solution[begin + 1 : i].strip()
+            if not content:
+                raise ValueError("has an empty \\boxed{}")
+            return content
+    raise ValueError("has a \\boxed{ whose braces are never closed")
+
+
+@dataclass(frozen=True)
+class _Fields:
+    prompt: str
+    answer: str
+    gold: Callable[[str], str] | None = None  # turns the answer column into the gold answer
+
+
+PRESETS: dict[str, _Fields] = {
+    "gsm8k": _Fields("question", "answer", gsm8k_gold),
+    "math": _Fields("problem", "solution", last_boxed),
+}
+
+
+class FileTasks:
+    """The tasks of one dataset file, in file order; a :class:`~ludus.core.env.TaskSource`."""
+
+    def __init__(self, path: Path, tasks: list[Task]):
+        self.path = path
+        self._tasks = tasks
+        self.size: int | None = len(tasks)
+
+    def get(self, index: int) -> Task:
+        if not 0 <= index < len(self._tasks):
+            raise IndexError(f"task index {index} is out of range: {self.path} has {len(self._tasks)} tasks")
+        return self._tasks[index]
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskFileError(
+                    path,
+                    f"invalid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object",
+                    where=f"line {number}",
+                ) from exc
+            yield f"line {number}", row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ImportError(f"reading {path} needs pyarrow: pip install 'ludus[parquet]'") from exc
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several types for a damaged or foreign file
+        raise TaskFileError(path, f"cannot be read as Parquet ({type(exc).__name__}: {exc})") from exc
+    for number, row in enumerate(rows, start=1):
+        yield f"row {number}", row
+
+
+_READERS = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
+
+
+def load_tasks(
+    path: str | Path,
+    *,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+    id_field: str | None = None,
+    fields: Preset | None = None,
+    limit: int | None = None,
+) -> FileTasks:
+    """Read ``path`` (``.jsonl`` or ``.parquet``) into tasks.
+
+    Without a preset the prompt and answer come from the ``prompt`` and ``answer`` columns.
+    ``fields="gsm8k"`` reads ``question``/``answer`` and takes the gold after ``####``;
+    ``fields="math"`` reads ``problem``/``solution`` and takes the last ``\\boxed{}``; in both
+    the full solution is kept in ``info["solution"]``. ``prompt_field``/``answer_field``
+    override the preset's column names. Every other column goes to ``Task.info``; ``id_field``
+    names a column of task ids (default: ``<file stem>/<row index>``). ``limit`` keeps the
+    first rows only.
+    """
+    path = Path(path)
+    if fields is not None and fields not in PRESETS:
+        raise ValueError(f"fields must be one of {sorted(PRESETS)} or None, got {fields!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    if not path.is_file():
+        raise FileNotFoundError(f"task file not found: {path}")
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise TaskFileError(path, f"unsupported file type {path.suffix!r}; use one of {', '.join(_READERS)}")
+    preset = PRESETS[fields] if fields else _Fields("prompt", "answer")
+    spec = _Fields(prompt_field or preset.prompt, answer_field or preset.answer, preset.gold)
+
+    tasks: list[Task] = []
+    seen_ids: dict[str, str] = {}
+    for where, row in reader(path):
+        task = _task(path, where, row, spec, id_field, index=len(tasks))
+        if id_field is not None:
+            if task.id in seen_ids:
+                raise TaskFileError(
+                    path,
+                    f"id {task.id!r} already used at {seen_ids[task.id]}; ids must be unique",
+                    where=where,
+                    field=id_field,
+                )
+            seen_ids[task.id] = where
+        tasks.append(task)
+        if len(tasks) == limit:
+            break
+    if not tasks:
+        raise TaskFileError(path, "has no rows; it should hold one task per line (JSONL) or row (Parquet)")
+    return FileTasks(path, tasks)
+
+
+def _task(path: Path, where: str, row: Any, spec: _Fields, id_field: str | None, index: int) -> Task:
+    wanted = [spec.prompt, spec.answer] + ([id_field] if id_field else [])
+    if not isinstance(row, dict):
+        raise TaskFileError(
+            path, f"is a JSON {type(row).__name__}, expected an object with fields {wanted}", where=where
+        )
+    for name in wanted:
+        if name not in row:
+            hint = (
+                "check id_field"
+                if name == id_field
+                else "map your columns with prompt_field=/answer_field= or use fields='gsm8k'/'math'"
+            )
+            raise TaskFileError(
+                path, f"missing field {name!r} (the row has {sorted(row)}); {hint}", where=where, field=name
+            )
+    prompt = row[spec.prompt]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise TaskFileError(path, f"field {spec.prompt!r} must be a non-empty string", where=where, field=spec.prompt)
+    info = {k: v for k, v in row.items() if k not in wanted}
+    answer = row[spec.answer]
+    if spec.gold is not None:
+        if not isinstance(answer, str):
+            raise TaskFileError(path, f"field {spec.answer!r} must be a string", where=where, field=spec.answer)
+        try:
+            gold = spec.gold(answer)
+        except ValueError as exc:
+            raise TaskFileError(
+                path,
+                f"field {spec.answer!r} {exc}; check the file is the dataset its preset expects",
+                where=where,
+                field=spec.answer,
+            ) from exc
+        info["solution"], answer = answer, gold
+    task_id = str(row[id_field]) if id_field else f"{path.stem}/{index}"
+    return Task(id=task_id, prompt=prompt, answer=answer, info=info, source=path.name)

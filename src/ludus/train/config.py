@@ -1,0 +1,201 @@
+"""Training configuration: defaults, a YAML file, then ``--key value`` flags, validated field by field.
+
+Every error names the field (and the file it came from) and says what is allowed, e.g.
+``config field 'lr' (from my.yaml) must be a number, got 'fast'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from ludus.train.grpo import LOSS_AGGS, SCALES
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or of the wrong type; the message names the field."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``ludus train`` needs. The defaults are the tuned recipe for the embedded model
+    (see docs/recipe.md); every field can be set in YAML or as a flag."""
+
+    # run
+    name: str = ""  # run folder is <runs_dir>/<name>; empty: <env>-<date>-<time>
+    runs_dir: str = "runs"
+    seed: int = 0
+    threads: int = 0  # torch CPU threads; 0 = all cores
+    # environment and tasks
+    env: str = "arithmetic"
+    env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+"})
+    # model: "tiny" (the embedded model, warm-started into a cached base) or a saved policy folder
+    model: str = "tiny"
+    tiny: dict[str, Any] = field(default_factory=dict)  # TinyConfig overrides: d_model, n_layers, n_heads, max_len
+    warmstart_steps: int = 60  # supervised steps that make the cached base model; 0 = start from random weights
+    warmstart_batch: int = 64
+    warmstart_lr: float = 1e-3
+    # RL
+    steps: int = 1000
+    time_limit_min: float = 10.0  # stop RL after this many minutes (0 = no limit)
+    prompts_per_step: int = 16
+    group_size: int = 16
+    max_tokens: int = 6
+    temperature: float = 1.0
+    top_p: float = 1.0
+    lr: float = 3e-4
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    ppo_epochs: int = 1
+    minibatches: int = 1
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    beta: float = 0.0
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    max_grad_norm: float = 1.0
+    # evaluation and logging
+    eval_every: int = 25
+    eval_size: int = 200
+    checkpoint_every: int = 25
+    keep_checkpoints: int = 2
+    samples_per_step: int = 4
+
+    def validate(self) -> None:
+        positive = [
+            "prompts_per_step",
+            "group_size",
+            "max_tokens",
+            "eval_size",
+            "ppo_epochs",
+            "minibatches",
+            "keep_checkpoints",
+            "warmstart_batch",
+        ]
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config field {name!r} must be at least 1, got {getattr(self, name)}")
+        for name in [
+            "steps",
+            "warmstart_steps",
+            "warmup_steps",
+            "eval_every",
+            "checkpoint_every",
+            "samples_per_step",
+            "threads",
+            "beta",
+            "weight_decay",
+            "time_limit_min",
+            "temperature",
+        ]:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(self, name)}")
+        for name in ["lr", "warmstart_lr", "max_grad_norm"]:
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"config field {name!r} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"config field 'top_p' must be in (0, 1], got {self.top_p}")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ConfigError(
+                f"config fields 'eps_low'/'eps_high' must satisfy 0 <= eps_low < 1, eps_high >= 0; got {self.eps_low}, {self.eps_high}"
+            )
+        if self.group_size < 2:
+            raise ConfigError(
+                f"config field 'group_size' must be at least 2 (GRPO compares samples within a group), got {self.group_size}"
+            )
+        if self.temperature == 0:
+            raise ConfigError(
+                "config field 'temperature' must be > 0 for RL sampling (greedy decoding gives identical group samples)"
+            )
+        assert self.scale_rewards in SCALES and self.loss_agg in LOSS_AGGS  # guaranteed by the Literal check
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    """Check ``value`` against the field's annotation; flags arrive as strings and are parsed as YAML."""
+    hint = typing.get_type_hints(TrainConfig)[name]
+    origin = get_origin(hint)
+
+    def fail(want: str) -> ConfigError:
+        return ConfigError(f"config field {name!r}{where} must be {want}, got {value!r}")
+
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise fail("one of " + ", ".join(map(repr, get_args(hint))))
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if hint in (int, float) and isinstance(value, str):  # YAML reads "1e-3" as a string
+        try:
+            value = hint(value)
+        except ValueError:
+            raise fail("an integer" if hint is int else "a number") from None
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail("a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise fail("a string")
+        return str(value)
+    if origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise fail("a mapping (key: value pairs)")
+        return dict(value)
+    if origin in (types.UnionType, typing.Union):  # pragma: no cover - no such fields yet
+        return value
+    raise AssertionError(f"unhandled config type {hint} for {name}")  # pragma: no cover
+
+
+def _apply(config: TrainConfig, values: dict[str, Any], where: str) -> None:
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            close = difflib.get_close_matches(name, list(FIELDS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config field {key!r}{where}{hint}")
+        setattr(config, name, _coerce(name, value, where))
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the YAML file at ``path``, then ``overrides`` (flag values, YAML-parsed strings)."""
+    config = TrainConfig()
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of field: value, got {type(data).__name__}")
+        _apply(config, data, f" (from {path})")
+    if overrides:
+        parsed = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in overrides.items()}
+        _apply(config, parsed, " (from the command line)")
+    config.validate()
+    return config

@@ -1,0 +1,121 @@
+"""GRPO-family advantages and loss, readable top to bottom.
+
+Advantages (one reward per sample, ``G`` samples per prompt):
+
+* ``scale="group"`` — GRPO (Shao et al., 2024, DeepSeekMath): ``(r - mean_group) / (std_group + eps)``.
+* ``scale="batch"`` — centre per group, divide by the std of the whole batch (more robust
+  when a group's std is tiny; the TRL ``scale_rewards="batch"`` option).
+* ``scale="none"`` — Dr. GRPO (Liu et al., 2025, "Understanding R1-Zero-like training"):
+  mean-centred only, which removes the bias towards easy/hard prompts that std scaling adds.
+
+Per-token loss, with ratio ``ρ = exp(logp - logp_old)``::
+
+    pg   = -min(ρ·A, clip(ρ, 1 - ε_low, 1 + ε_high)·A)      # PPO clip; ε_high > ε_low is DAPO's clip-higher
+    kl   = exp(ref - logp) - (ref - logp) - 1               # k3 estimator (Schulman, 2020), ≥ 0, unbiased
+    loss = pg + β·kl
+
+Aggregation over tokens (``loss_agg``):
+
+* ``"token-mean"`` — mean over every token of the batch (DAPO): long answers weigh more.
+* ``"seq-mean-token-mean"`` — mean within each sequence, then over sequences (original GRPO).
+* ``"seq-mean-token-sum-norm"`` — sum within each sequence divided by a constant (the batch's
+  maximum length), then mean over sequences (Dr. GRPO): no length normalisation bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+Scale = Literal["group", "batch", "none"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+SCALES: tuple[str, ...] = ("group", "batch", "none")
+LOSS_AGGS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def group_advantages(
+    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale = "group", eps: float = 1e-4
+) -> torch.Tensor:
+    """Advantages for ``rewards`` of shape ``[groups, G]``.
+
+    ``valid`` (same shape, bool) excludes samples whose reward is not a measurement of the
+    policy (infrastructure errors): they get advantage 0 and do not move their group's mean.
+    A group whose valid rewards are all equal gets 0 everywhere: it carries no signal.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    v = valid.to(rewards.dtype)
+    count = v.sum(1, keepdim=True).clamp(min=1)
+    mean = (rewards * v).sum(1, keepdim=True) / count
+    centred = (rewards - mean) * v
+    if scale == "none":
+        return centred
+    if scale == "group":
+        # Unbiased std like torch.std (what GRPO implementations use); a group of one has std 0.
+        std = ((centred**2).sum(1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+        return centred / (std + eps)
+    flat = rewards[valid]
+    std = flat.std() if flat.numel() > 1 else torch.zeros(())
+    return centred / (std + eps)
+
+
+@dataclass
+class LossStats:
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_fraction: float
+    ratio_mean: float
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    loss_agg: LossAgg = "token-mean",
+) -> tuple[torch.Tensor, LossStats]:
+    """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``."""
+    if loss_agg not in LOSS_AGGS:
+        raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
+    mask = mask.to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    pg_per_token = per_token
+    kl_per_token = torch.zeros_like(logp)
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs ref_logp (log-probs under the reference policy)")
+        delta = ref_logp - logp
+        kl_per_token = torch.exp(delta) - delta - 1
+        per_token = per_token + beta * kl_per_token
+
+    def aggregate(x: torch.Tensor) -> torch.Tensor:
+        if loss_agg == "token-mean":
+            return (x * mask).sum() / mask.sum().clamp(min=1)
+        if loss_agg == "seq-mean-token-mean":
+            return ((x * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+        return ((x * mask).sum(1) / mask.shape[1]).mean()
+
+    loss = aggregate(per_token)
+    with torch.no_grad():
+        n = mask.sum().clamp(min=1)
+        was_clipped = (clipped < unclipped).to(mask.dtype)  # the clip bound, not the ratio, set the loss
+        stats = LossStats(
+            loss=float(loss),
+            pg_loss=float(aggregate(pg_per_token)),
+            kl=float((kl_per_token * mask).sum() / n),
+            clip_fraction=float((was_clipped * mask).sum() / n),
+            ratio_mean=float((ratio * mask).sum() / n),
+        )
+    return loss, stats

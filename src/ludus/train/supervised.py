@@ -1,0 +1,132 @@
+"""Supervised training on reference answers, and the cached "base model" it makes.
+
+Pure RL from random weights learns nothing in minutes: a random byte model almost never
+writes a well-formed answer, so every reward is 0. Like a real LLM that was pre-trained
+before RL, the embedded model first gets a *short* supervised warm-start on reference
+answers — short enough that it is still mostly wrong (held-out accuracy ≲ 0.2) but has
+learned the answer format. That base model is cached by its recipe, so ``ludus train`` makes
+it once; ``ludus warmstart --force`` re-creates it. All later gains come from RL.
+
+The same loop, run longer, is the "supervised on gold answers" baseline of the benchmarks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ludus.core.env import Env
+from ludus.core.types import Message
+from ludus.policies.base import TrainablePolicy
+from ludus.policies.tiny import TinyConfig, TinyPolicy
+
+WARMSTART_TASK_OFFSET = 10_000_000  # warm-start draws from a different part of the train stream than RL
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LUDUS_CACHE") or Path.home() / ".cache" / "ludus")
+
+
+def reference_batch(env: Env, indices: range) -> tuple[list[list[Message]], list[str]]:
+    """Prompts (as the policy's conversations) and reference replies for train tasks ``indices``."""
+    source = env.task_source("train")
+    conversations, replies = [], []
+    for i in indices:
+        task = source.get(i)
+        reply = env.reference(task)
+        if reply is None:
+            raise ValueError(
+                f"environment {env.name!r} gives no reference answer for task {task.id}; "
+                "supervised warm-start needs one (set warmstart_steps: 0 to skip it)"
+            )
+        obs = env.reset(task, seed=i)
+        conversations.append(obs.messages)
+        replies.append(reply)
+    return conversations, replies
+
+
+def supervised_steps(
+    policy: TinyPolicy,
+    env: Env,
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    start_index: int = WARMSTART_TASK_OFFSET,
+    time_limit_s: float | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> int:
+    """Minimise the cross-entropy of reference replies (answer + end-of-sequence). Returns steps done."""
+    tok = policy.tokenizer
+    opt = torch.optim.AdamW(policy.module.parameters(), lr=lr, weight_decay=0.0)
+    policy.module.train()
+    start = time.perf_counter()
+    done = 0
+    for step in range(steps):
+        if time_limit_s is not None and time.perf_counter() - start >= time_limit_s:
+            break
+        lo = start_index + step * batch
+        conversations, replies = reference_batch(env, range(lo, lo + batch))
+        prompt_ids = [tok.render(c) for c in conversations]
+        completion_ids = [tok.encode(r) + [tok.eos_id] for r in replies]
+        logp, _ = policy.token_logprobs(prompt_ids, completion_ids)
+        mask = torch.zeros_like(logp)
+        for i, c in enumerate(completion_ids):
+            mask[i, : len(c)] = 1
+        loss = -(logp * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.module.parameters(), 1.0)
+        opt.step()
+        done = step + 1
+        if on_step is not None:
+            on_step(done, float(loss))
+    return done
+
+
+def base_model_recipe(
+    env_name: str, env_args: dict[str, Any], tiny: dict[str, Any], seed: int, steps: int, batch: int, lr: float
+) -> dict[str, Any]:
+    return {
+        "recipe": 1,
+        "env": env_name,
+        "env_args": env_args,
+        "tiny": tiny,
+        "seed": seed,
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+    }
+
+
+def base_model_path(recipe: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / "base" / digest
+
+
+def make_base_model(
+    env: Env, recipe: dict[str, Any], *, force: bool = False, on_step: Callable[[int, float], None] | None = None
+) -> tuple[TrainablePolicy, Path, bool]:
+    """Load the cached base model for ``recipe`` or create it. Returns (policy, folder, created)."""
+    path = base_model_path(recipe)
+    if path.exists() and not force:
+        return TinyPolicy.load(path), path, False
+    policy = TinyPolicy(TinyConfig(**recipe["tiny"]), seed=recipe["seed"])
+    with torch.random.fork_rng():
+        torch.manual_seed(recipe["seed"])
+        supervised_steps(policy, env, steps=recipe["steps"], batch=recipe["batch"], lr=recipe["lr"], on_step=on_step)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save(tmp)
+    (tmp / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    return policy, path, True

@@ -1,0 +1,472 @@
+"""The GRPO training loop: sample groups, score them, update, evaluate, checkpoint, resume.
+
+One RL step::
+
+    tasks (prompts_per_step) ─▶ G rollouts each ─▶ rewards ─▶ group advantages
+        ─▶ ppo_epochs × minibatches of clipped-ratio updates ─▶ metrics line
+
+Run folder ``<runs_dir>/<name>/``: ``config.yaml``, ``metrics.jsonl`` (schema in
+docs/metrics.md), ``samples.jsonl`` (a few trajectories per step), ``checkpoints/step_NNNNNN/``
+and ``reward.png``. A checkpoint holds weights, optimizer, scheduler and every RNG state, so a
+resumed run continues exactly as if it had never stopped. Ctrl-C or SIGTERM finish the
+current step, write a checkpoint and exit; a second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from ludus.core import registry
+from ludus.core.env import Env
+from ludus.core.types import Status, Task, Trajectory
+from ludus.policies.base import SamplingParams, TrainablePolicy
+from ludus.policies.tiny import TinyConfig, TinyPolicy
+from ludus.rollout.episodes import run_episodes
+from ludus.train.config import ConfigError, TrainConfig, load_config
+from ludus.train.grpo import group_advantages, policy_loss
+from ludus.train.supervised import base_model_recipe, make_base_model
+
+CHECKPOINT_PREFIX = "step_"
+
+
+@dataclass
+class Sample:
+    """One policy turn with its advantage: the unit of the loss."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+    advantage: float
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    step: int
+    elapsed_s: float
+    eval_accuracy: list[tuple[int, float, float]]  # (step, elapsed_s, accuracy)
+    interrupted: bool
+
+
+class _StopFlag:
+    """Turns the first SIGINT/SIGTERM into a request to stop at the next step boundary."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.requested and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self.requested = True
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def _lr_lambda(config: TrainConfig) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        if config.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps))
+        if config.lr_schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
+    cls = registry.env_class(config.env)
+    try:
+        cls(**config.env_args)
+    except TypeError as exc:
+        raise ConfigError(f"config field 'env_args' does not fit environment {config.env!r}: {exc}") from exc
+    return lambda: cls(**config.env_args)
+
+
+def load_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> TrainablePolicy:
+    if config.model != "tiny":
+        return TinyPolicy.load(config.model)
+    try:
+        TinyConfig(**config.tiny)
+    except TypeError as exc:
+        raise ConfigError(f"config field 'tiny' has an unknown model setting: {exc}") from exc
+    if config.warmstart_steps == 0:
+        return TinyPolicy(TinyConfig(**config.tiny), seed=config.seed)
+    recipe = base_model_recipe(
+        config.env,
+        config.env_args,
+        config.tiny,
+        config.seed,
+        config.warmstart_steps,
+        config.warmstart_batch,
+        config.warmstart_lr,
+    )
+    policy, path, created = make_base_model(env, recipe)
+    log(f"{'created' if created else 'loaded cached'} base model {path}")
+    return policy
+
+
+def evaluate(
+    policy: TrainablePolicy, env_factory: Callable[[], Env], tasks: list[Task], max_tokens: int
+) -> dict[str, float]:
+    """Greedy decoding on held-out tasks: accuracy (status ``correct``) and mean reward."""
+    trajs = run_episodes(env_factory, tasks, policy, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    scores = [t.score for t in trajs]
+    n = len(trajs)
+    return {
+        "eval/accuracy": sum(s is not None and s.status == Status.CORRECT for s in scores) / n,
+        "eval/reward": sum(t.reward for t in trajs) / n,
+        "eval/infra_errors": sum(s is not None and s.is_infra_error for s in scores),
+    }
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run_dir: Path, *, resume: bool = False, log: Callable[[str], None] = print):
+        self.config, self.run_dir, self.log = config, run_dir, log
+        self.resume = resume
+        self.stop = _StopFlag()
+
+    # ---- setup -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, config: TrainConfig, log: Callable[[str], None] = print) -> Trainer:
+        name = config.name or f"{config.env}-{datetime.now():%Y%m%d-%H%M%S}"
+        run_dir = Path(config.runs_dir) / name
+        if (run_dir / "config.yaml").exists():
+            raise ConfigError(
+                f"run folder {run_dir} already exists; resume it with `ludus train --resume {run_dir}` "
+                "or choose another --name"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config.name = name
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        return cls(config, run_dir, log=log)
+
+    @classmethod
+    def resume_from(cls, run_dir: str | Path, log: Callable[[str], None] = print) -> Trainer:
+        run_dir = Path(run_dir)
+        if not (run_dir / "config.yaml").exists():
+            raise ConfigError(f"{run_dir} is not a run folder (no config.yaml)")
+        return cls(load_config(run_dir / "config.yaml"), run_dir, resume=True, log=log)
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def _checkpoints(self) -> list[Path]:
+        root = self.run_dir / "checkpoints"
+        return (
+            sorted(p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if (p / "state.json").exists())
+            if root.exists()
+            else []
+        )
+
+    def _save_checkpoint(self, step: int, elapsed_s: float) -> None:
+        root = self.run_dir / "checkpoints"
+        final = root / f"{CHECKPOINT_PREFIX}{step:06d}"
+        tmp = root / f".tmp-{step:06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.policy.save(tmp / "policy")
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "generator": self.generator.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "numpy_rng": np.random.get_state(),
+                "reference": None if self.reference is None else self.reference.state_dict(),
+            },
+            tmp / "trainer.pt",
+        )
+        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed_s": elapsed_s}))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)  # a checkpoint exists whole or not at all
+        for old in self._checkpoints()[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _load_checkpoint(self, path: Path) -> tuple[int, float]:
+        state = json.loads((path / "state.json").read_text())
+        self.policy.module.load_state_dict(TinyPolicy.load(path / "policy").module.state_dict())
+        blob = torch.load(path / "trainer.pt", weights_only=False)
+        self.optimizer.load_state_dict(blob["optimizer"])
+        self.scheduler.load_state_dict(blob["scheduler"])
+        self.generator.set_state(blob["generator"])
+        torch.set_rng_state(blob["torch_rng"])
+        random.setstate(blob["python_rng"])
+        np.random.set_state(blob["numpy_rng"])
+        if self.reference is not None and blob["reference"] is not None:
+            self.reference.load_state_dict(blob["reference"])
+        return int(state["step"]), float(state["elapsed_s"])
+
+    @staticmethod
+    def _truncate_jsonl(path: Path, step: int) -> None:
+        """Drop lines written after the checkpoint we resume from, so nothing is counted twice."""
+        if not path.exists():
+            return
+        kept = [
+            line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
+        path.write_text("".join(line + "\n" for line in kept))
+
+    # ---- the loop ----------------------------------------------------------------------
+    def run(self, on_metrics: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+        c = self.config
+        torch.set_num_threads(c.threads or os.cpu_count() or 1)
+        self.env_factory = make_env_factory(c)
+        env = self.env_factory()
+        self.policy = load_policy(c, env, self.log)
+        self.reference = copy.deepcopy(self.policy.module).eval() if c.beta > 0 else None
+        if self.reference is not None:
+            self.reference.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(c))
+        self.generator = torch.Generator().manual_seed(c.seed)
+        random.seed(c.seed)
+        np.random.seed(c.seed % 2**32)
+        train_tasks = env.task_source("train")
+        eval_source = env.task_source("eval")
+        eval_tasks = [
+            eval_source.get(i)
+            for i in range(c.eval_size if eval_source.size is None else min(c.eval_size, eval_source.size))
+        ]
+
+        step, elapsed = 0, 0.0
+        metrics_path, samples_path = self.run_dir / "metrics.jsonl", self.run_dir / "samples.jsonl"
+        checkpoints = self._checkpoints() if self.resume else []
+        if checkpoints:
+            step, elapsed = self._load_checkpoint(checkpoints[-1])
+            self.log(f"resuming {self.run_dir} from step {step}")
+        if self.resume:
+            self._truncate_jsonl(metrics_path, step)
+            self._truncate_jsonl(samples_path, step)
+        curve: list[tuple[int, float, float]] = [
+            (m["step"], m["elapsed_s"], m["eval/accuracy"]) for m in _read_jsonl(metrics_path) if "eval/accuracy" in m
+        ]
+
+        def emit(record: dict[str, Any]) -> None:
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            if on_metrics is not None:
+                on_metrics(record)
+
+        def run_eval() -> None:
+            self.policy.module.eval()
+            record = {
+                "step": step,
+                "elapsed_s": round(elapsed, 3),
+                **evaluate(self.policy, self.env_factory, eval_tasks, c.max_tokens),
+            }
+            curve.append((step, elapsed, record["eval/accuracy"]))
+            emit(record)
+            plot_run(self.run_dir)
+
+        if not curve or curve[-1][0] != step:
+            run_eval()
+        interrupted = False
+        with self.stop.installed():
+            while step < c.steps and not (c.time_limit_min and elapsed >= c.time_limit_min * 60):
+                t0 = time.perf_counter()
+                record, trajs = self._rl_step(step, train_tasks)
+                step += 1
+                self.policy.version = step
+                dt = time.perf_counter() - t0
+                elapsed += dt
+                record.update(
+                    step=step,
+                    elapsed_s=round(elapsed, 3),
+                    step_time_s=round(dt, 4),
+                    tokens_per_s=round(record.pop("_tokens") / dt, 1),
+                )
+                emit(record)
+                with samples_path.open("a") as f:
+                    for traj in trajs[: c.samples_per_step]:
+                        traj.info["step"] = step
+                        f.write(json.dumps({"step": step, **traj.to_dict()}) + "\n")
+                last = step >= c.steps or (c.time_limit_min and elapsed >= c.time_limit_min * 60)
+                if (c.eval_every and step % c.eval_every == 0) or last or self.stop.requested:
+                    t_eval = time.perf_counter()
+                    run_eval()
+                    elapsed += time.perf_counter() - t_eval
+                if (c.checkpoint_every and step % c.checkpoint_every == 0) or last or self.stop.requested:
+                    self._save_checkpoint(step, elapsed)
+                if self.stop.requested:
+                    interrupted = True
+                    self.log(f"stopped at step {step}; resume with `ludus train --resume {self.run_dir}`")
+                    break
+        self.policy.save(self.run_dir / "final")
+        plot_run(self.run_dir)
+        return RunResult(self.run_dir, step, elapsed, curve, interrupted)
+
+    def _rl_step(self, step: int, train_tasks: Any) -> tuple[dict[str, Any], list[Trajectory]]:
+        c = self.config
+        self.policy.module.eval()
+        base = step * c.prompts_per_step
+        tasks = [train_tasks.get(base + j) for j in range(c.prompts_per_step)]
+        group_tasks = [t for t in tasks for _ in range(c.group_size)]
+        seeds = [base * c.group_size + k for k in range(len(group_tasks))]
+        sampling = SamplingParams(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
+        trajs = run_episodes(
+            self.env_factory, group_tasks, self.policy, sampling, seeds=seeds, generator=self.generator
+        )
+
+        rewards = torch.tensor([t.reward for t in trajs]).view(c.prompts_per_step, c.group_size)
+        valid = torch.tensor([not (t.score and t.score.is_infra_error) for t in trajs]).view_as(rewards)
+        adv = group_advantages(rewards, valid, c.scale_rewards).flatten()
+        samples = [
+            Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
+            for traj, a in zip(trajs, adv.tolist(), strict=True)
+            for turn in traj.turns
+            if a != 0.0 or c.beta > 0  # zero advantage and no KL term: no gradient, so skip the compute
+        ]
+        stats = self._update(samples)
+        self.scheduler.step()
+
+        r = rewards[valid]
+        grouped_std = torch.where(valid, rewards, torch.nan).nan_to_num(0).std(1)
+        lengths = [len(turn.completion_ids) for t in trajs for turn in t.turns]
+        return {
+            "reward/mean": round(float(r.mean()) if r.numel() else 0.0, 4),
+            "reward/std": round(float(r.std()) if r.numel() > 1 else 0.0, 4),
+            "accuracy": round(
+                sum(t.score is not None and t.score.status == Status.CORRECT for t in trajs) / len(trajs), 4
+            ),
+            "zero_variance_frac": round(float((grouped_std == 0).float().mean()), 4),
+            "masked_infra_errors": int((~valid).sum()),
+            "completion_len/mean": round(sum(lengths) / len(lengths), 3),
+            "completion_len/max": max(lengths),
+            "lr": self.scheduler.get_last_lr()[0],
+            **stats,
+            "_tokens": sum(lengths),
+        }, trajs
+
+    def _update(self, samples: list[Sample]) -> dict[str, float]:
+        c = self.config
+        totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        if not samples:
+            return {k: 0.0 for k in totals} | {"trained_samples": 0}
+        self.policy.module.train()
+        n_updates = 0
+        for _ in range(c.ppo_epochs):
+            order = torch.randperm(len(samples), generator=self.generator).tolist()
+            size = math.ceil(len(samples) / c.minibatches)
+            for lo in range(0, len(samples), size):
+                batch = [samples[i] for i in order[lo : lo + size]]
+                prompt_ids = [s.prompt_ids for s in batch]
+                completion_ids = [s.completion_ids for s in batch]
+                logp, entropy = self.policy.token_logprobs(prompt_ids, completion_ids, c.temperature)
+                mask = torch.zeros_like(logp, dtype=torch.bool)
+                old = torch.zeros_like(logp)
+                for i, s in enumerate(batch):
+                    mask[i, : len(s.completion_ids)] = True
+                    old[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs)
+                ref = None
+                if self.reference is not None:
+                    with torch.no_grad():
+                        ref = _reference_logprobs(
+                            self.reference, self.policy, prompt_ids, completion_ids, c.temperature
+                        )
+                adv = torch.tensor([s.advantage for s in batch])
+                loss, st = policy_loss(
+                    logp,
+                    old,
+                    adv,
+                    mask,
+                    eps_low=c.eps_low,
+                    eps_high=c.eps_high,
+                    ref_logp=ref,
+                    beta=c.beta,
+                    loss_agg=c.loss_agg,
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), c.max_grad_norm)
+                self.optimizer.step()
+                n_updates += 1
+                totals["loss"] += st.loss
+                totals["kl"] += st.kl
+                totals["clip_frac"] += st.clip_fraction
+                totals["grad_norm"] += float(grad_norm)
+                totals["entropy"] += float((entropy.detach() * mask).sum() / mask.sum())
+        return {k: round(v / n_updates, 5) for k, v in totals.items()} | {"trained_samples": len(samples)}
+
+
+def _reference_logprobs(
+    reference: torch.nn.Module,
+    policy: TrainablePolicy,
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    temperature: float,
+) -> torch.Tensor:
+    """Log-probs under the frozen reference weights, computed by swapping them into the policy."""
+    live = policy.module
+    policy.module = reference
+    try:
+        logp, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature)
+    finally:
+        policy.module = live
+    return logp
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_run(run_dir: Path) -> None:
+    """``reward.png``: training reward per step and held-out greedy accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = _read_jsonl(run_dir / "metrics.jsonl")
+    train = [r for r in records if "reward/mean" in r]
+    evals = [r for r in records if "eval/accuracy" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot(
+            [r["step"] for r in train], [r["reward/mean"] for r in train], label="train reward (sampled)", alpha=0.6
+        )
+    if evals:
+        ax.plot(
+            [r["step"] for r in evals], [r["eval/accuracy"] for r in evals], "o-", label="held-out accuracy (greedy)"
+        )
+    ax.set_xlabel("RL step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(run_dir.name)
+    fig.tight_layout()
+    fig.savefig(run_dir / "reward.png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,215 @@
+"""Tools: schemas come from hints and docstrings; model-supplied arguments can never crash a tool call."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+import pytest
+
+from ludus.core.tools import Tool, ToolSchemaError, tool_spec, validate_arguments
+from ludus.core.types import ToolCall
+
+
+def everything(
+    n: int,
+    x: float,
+    s: str,
+    flag: bool,
+    ids: list[int],
+    counts: dict[str, int],
+    mode: Literal["fast", "slow"],
+    maybe: int | None = None,
+    label: Optional[str] = None,  # noqa: UP045 - the typing.Optional spelling must work too
+    k: int = 3,
+) -> str:
+    """Exercise every supported parameter type.
+
+    A second paragraph that belongs to the description.
+
+    Args:
+        n: how many.
+        x (float): a number whose description
+            continues on the next line.
+        s: some text.
+        flag: on or off.
+        ids: which items.
+        counts: tally per name.
+        mode: how to run.
+        maybe: an optional integer.
+        label: an optional label.
+        k: top k.
+
+    Returns:
+        A summary that must not leak into k's description.
+    """
+    return f"{n} {x} {s} {flag} {ids} {counts} {mode} {maybe} {label} {k}"
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first addend.
+        b: the second addend.
+    """
+    return a + b
+
+
+def divide(a: float, b: float) -> float:
+    """Divide a by b."""
+    return a / b
+
+
+def test_schema_from_hints_and_google_docstring() -> None:
+    spec = tool_spec(everything)
+    assert spec.name == "everything"
+    assert (
+        spec.description
+        == "Exercise every supported parameter type. A second paragraph that belongs to the description."
+    )
+    params = spec.parameters
+    assert params["type"] == "object"
+    assert params["additionalProperties"] is False
+    assert params["required"] == ["n", "x", "s", "flag", "ids", "counts", "mode"]
+    props = params["properties"]
+    assert props["n"] == {"type": "integer", "description": "how many."}
+    assert props["x"] == {"type": "number", "description": "a number whose description continues on the next line."}
+    assert props["s"] == {"type": "string", "description": "some text."}
+    assert props["flag"] == {"type": "boolean", "description": "on or off."}
+    assert props["ids"] == {"type": "array", "items": {"type": "integer"}, "description": "which items."}
+    assert props["counts"] == {
+        "type": "object",
+        "additionalProperties": {"type": "integer"},
+        "description": "tally per name.",
+    }
+    assert props["mode"] == {"enum": ["fast", "slow"], "description": "how to run."}
+    nullable_int = [{"type": "integer"}, {"type": "null"}]
+    assert props["maybe"] == {"anyOf": nullable_int, "default": None, "description": "an optional integer."}
+    nullable_str = [{"type": "string"}, {"type": "null"}]
+    assert props["label"] == {"anyOf": nullable_str, "default": None, "description": "an optional label."}
+    assert props["k"] == {"type": "integer", "default": 3, "description": "top k."}
+
+
+def test_name_override_and_bound_methods_drop_self() -> None:
+    class Counter:
+        def bump(self, by: int = 1) -> int:
+            """Increase the counter."""
+            return by
+
+    spec = tool_spec(Counter().bump, name="increment")
+    assert spec.name == "increment"
+    assert list(spec.parameters["properties"]) == ["by"]
+    assert spec.parameters["required"] == []
+
+
+def test_missing_docstring_is_an_error_naming_the_tool() -> None:
+    def nodoc(a: int) -> int:
+        return a
+
+    with pytest.raises(ToolSchemaError, match=r"tool 'nodoc' needs a docstring"):
+        tool_spec(nodoc)
+
+
+def test_missing_type_hint_names_the_parameter() -> None:
+    def partly(a: int, b) -> int:  # type: ignore[no-untyped-def]
+        """Half typed."""
+        return a
+
+    with pytest.raises(ToolSchemaError, match=r"parameter 'b' of tool 'partly' has no type hint"):
+        tool_spec(partly)
+
+
+class Opaque:
+    """A type with no JSON-schema equivalent."""
+
+
+def test_unsupported_type_names_the_parameter() -> None:
+    def uses(a: int, thing: Opaque) -> None:
+        """Take something JSON cannot carry."""
+
+    with pytest.raises(ToolSchemaError, match=r"parameter 'thing' of tool 'uses' has type"):
+        tool_spec(uses)
+
+
+def test_unresolvable_hint_is_a_schema_error() -> None:
+    class LocalOnly:
+        pass
+
+    def uses(a: LocalOnly) -> None:
+        """Take a type that get_type_hints cannot see (a local class under postponed annotations)."""
+
+    with pytest.raises(ToolSchemaError, match=r"tool 'uses': cannot resolve its type hints: .*LocalOnly"):
+        tool_spec(uses)
+
+
+def test_var_args_are_rejected() -> None:
+    def star(*values: int) -> int:
+        """Sum values."""
+        return sum(values)
+
+    with pytest.raises(ToolSchemaError, match=r"\*args/\*\*kwargs"):
+        tool_spec(star)
+
+
+def test_valid_call_returns_text_and_ok() -> None:
+    assert Tool(add)(ToolCall("add", {"a": 2, "b": 3})) == ("5", True)
+    assert Tool(everything)(
+        ToolCall(
+            "everything",
+            {"n": 1, "x": 2, "s": "a", "flag": True, "ids": [1], "counts": {"q": 1}, "mode": "slow", "maybe": None},
+        )
+    ) == ("1 2 a True [1] {'q': 1} slow None None 3", True)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ({"a": "2", "b": 3}, "argument 'a' of add must be integer"),
+        ({"a": True, "b": 3}, "argument 'a' of add must be integer"),
+        ({"a": 2.5, "b": 3}, "argument 'a' of add must be integer"),
+        ({"a": 2}, "missing required argument(s): b"),
+        ({"a": 2, "b": 3, "c": 4}, "unknown argument(s): c"),
+        ("{'a': 2}", "must be a JSON object, got str"),
+        ([2, 3], "must be a JSON object, got list"),
+        (None, "must be a JSON object, got NoneType"),
+    ],
+)
+def test_bad_arguments_give_error_text_not_exceptions(arguments: Any, fragment: str) -> None:
+    text, ok = Tool(add)(ToolCall("add", arguments))
+    assert not ok
+    assert text.startswith("Error: ")
+    assert fragment in text
+
+
+@pytest.mark.parametrize(
+    ("bad", "name"),
+    [
+        ({"ids": [1, "2"]}, "ids"),
+        ({"counts": {"q": "1"}}, "counts"),
+        ({"counts": [1]}, "counts"),
+        ({"mode": "medium"}, "mode"),
+        ({"maybe": "3"}, "maybe"),
+        ({"flag": 1}, "flag"),
+        ({"x": "1.5"}, "x"),
+    ],
+)
+def test_nested_and_enum_types_are_checked(bad: dict[str, Any], name: str) -> None:
+    good = {"n": 1, "x": 2.0, "s": "a", "flag": True, "ids": [1], "counts": {"q": 1}, "mode": "fast"}
+    spec = tool_spec(everything)
+    assert validate_arguments(spec, good) is None
+    problem = validate_arguments(spec, {**good, **bad})
+    assert problem is not None and f"argument {name!r}" in problem
+
+
+def test_a_tool_that_raises_gives_error_text() -> None:
+    text, ok = Tool(divide)(ToolCall("divide", {"a": 1, "b": 0}))
+    assert not ok
+    assert text == "Error: divide failed: ZeroDivisionError: division by zero"
+
+
+def test_non_string_results_are_shown_as_repr() -> None:
+    def pair(a: int) -> tuple[int, int]:
+        """Pair up."""
+        return (a, a)
+
+    assert Tool(pair)(ToolCall("pair", {"a": 4})) == ("(4, 4)", True)
