@@ -7,7 +7,7 @@ One RL step::
 
 Run folder ``<runs_dir>/<name>/``: ``config.yaml``, ``metrics.jsonl`` (schema in
 docs/metrics.md), ``samples.jsonl`` (a few trajectories per step), ``checkpoints/step_NNNNNN/``
-and ``reward.png``. A checkpoint holds weights, optimizer, scheduler and every RNG state, so a
+and ``reward.png``. A checkpoint holds weights, optimizer state and every RNG state, so a
 resumed run continues exactly as if it had never stopped. Ctrl-C or SIGTERM finish the
 current step, write a checkpoint and exit; a second Ctrl-C stops at once.
 """
@@ -92,18 +92,16 @@ class _StopFlag:
                 signal.signal(s, h)
 
 
-def _lr_lambda(config: TrainConfig) -> Callable[[int], float]:
-    def factor(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        if config.lr_schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps))
-        if config.lr_schedule == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
+def lr_factor(config: TrainConfig, step: int) -> float:
+    """Learning-rate multiplier at RL step ``step`` (0-based): linear warm-up, then the schedule."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.lr_schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps))
+    if config.lr_schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
@@ -199,7 +197,6 @@ class Trainer:
         torch.save(
             {
                 "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
                 "generator": self.generator.get_state(),
                 "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
@@ -219,7 +216,6 @@ class Trainer:
         self.policy.module.load_state_dict(TinyPolicy.load(path / "policy").module.state_dict())
         blob = torch.load(path / "trainer.pt", weights_only=False)
         self.optimizer.load_state_dict(blob["optimizer"])
-        self.scheduler.load_state_dict(blob["scheduler"])
         self.generator.set_state(blob["generator"])
         torch.set_rng_state(blob["torch_rng"])
         random.setstate(blob["python_rng"])
@@ -249,7 +245,6 @@ class Trainer:
         if self.reference is not None:
             self.reference.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(c))
         self.generator = torch.Generator().manual_seed(c.seed)
         random.seed(c.seed)
         np.random.seed(c.seed % 2**32)
@@ -301,12 +296,14 @@ class Trainer:
                 self.policy.version = step
                 dt = time.perf_counter() - t0
                 elapsed += dt
-                record.update(
-                    step=step,
-                    elapsed_s=round(elapsed, 3),
-                    step_time_s=round(dt, 4),
-                    tokens_per_s=round(record.pop("_tokens") / dt, 1),
-                )
+                tokens = record.pop("_tokens")
+                record = {
+                    "step": step,
+                    "elapsed_s": round(elapsed, 3),
+                    **record,
+                    "step_time_s": round(dt, 4),
+                    "tokens_per_s": round(tokens / dt, 1),
+                }
                 emit(record)
                 with samples_path.open("a") as f:
                     for traj in trajs[: c.samples_per_step]:
@@ -348,8 +345,10 @@ class Trainer:
             for turn in traj.turns
             if a != 0.0 or c.beta > 0  # zero advantage and no KL term: no gradient, so skip the compute
         ]
+        lr = c.lr * lr_factor(c, step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         stats = self._update(samples)
-        self.scheduler.step()
 
         r = rewards[valid]
         grouped_std = torch.where(valid, rewards, torch.nan).nan_to_num(0).std(1)
@@ -364,7 +363,7 @@ class Trainer:
             "masked_infra_errors": int((~valid).sum()),
             "completion_len/mean": round(sum(lengths) / len(lengths), 3),
             "completion_len/max": max(lengths),
-            "lr": self.scheduler.get_last_lr()[0],
+            "lr": lr,
             **stats,
             "_tokens": sum(lengths),
         }, trajs

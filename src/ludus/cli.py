@@ -1,0 +1,174 @@
+"""The ``ludus`` command: ``train``, ``warmstart``, ``envs``, ``check``.
+
+Every error a user can cause (a bad config value, an unknown environment, a malformed task
+file) ends in one plain sentence on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ludus.core.registry import EnvLoadError, UnknownEnvError, entries
+
+console = Console(stderr=True)
+USER_ERRORS: tuple[type[BaseException], ...] = (UnknownEnvError, EnvLoadError, ValueError, FileNotFoundError)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    from ludus.train.config import FIELDS
+
+    group = parser.add_argument_group("config fields (override the YAML file; values are parsed as YAML)")
+    for name in FIELDS:
+        group.add_argument(f"--{name.replace('_', '-')}", dest=f"cfg_{name}", metavar="VALUE", default=None)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ludus.train.config import load_config
+    from ludus.train.trainer import Trainer
+
+    if args.resume:
+        if args.config or _overrides(args):
+            raise ValueError("--resume continues a run with its saved config.yaml; drop --config and field flags")
+        trainer = Trainer.resume_from(args.resume, log=console.print)
+    else:
+        trainer = Trainer.create(load_config(args.config, _overrides(args)), log=console.print)
+    c = trainer.config
+    console.print(
+        f"[bold]ludus train[/] env={c.env} run={trainer.run_dir} "
+        f"(RL: {c.steps} steps max, {c.time_limit_min or '∞'} min max)"
+    )
+    state: dict[str, Any] = {"eval": float("nan")}
+    with Progress(
+        TextColumn("[bold blue]RL"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=False,
+    ) as progress:
+        bar = progress.add_task("", total=c.steps)
+
+        def on_metrics(m: dict[str, Any]) -> None:
+            if "eval/accuracy" in m:
+                state["eval"] = m["eval/accuracy"]
+                progress.console.print(
+                    f"  step {m['step']:>5}  {m['elapsed_s'] / 60:5.1f} min  "
+                    f"held-out accuracy (greedy) {m['eval/accuracy']:.3f}"
+                )
+            else:
+                state.update(m)
+                progress.update(
+                    bar,
+                    completed=m["step"],
+                    description=(
+                        f"reward {m['reward/mean']:.3f} acc {m['accuracy']:.3f} eval {state['eval']:.3f} "
+                        f"step {m['step_time_s']:.2f}s"
+                    ),
+                )
+
+        result = trainer.run(on_metrics)
+    first, last = result.eval_accuracy[0], result.eval_accuracy[-1]
+    console.print(
+        f"held-out accuracy {first[2]:.3f} → {last[2]:.3f} in {result.elapsed_s / 60:.1f} min "
+        f"({result.step} steps). Run folder: {result.run_dir}"
+    )
+    return 130 if result.interrupted else 0
+
+
+def cmd_warmstart(args: argparse.Namespace) -> int:
+    from ludus.core.registry import make
+    from ludus.train.config import load_config
+    from ludus.train.supervised import base_model_recipe, make_base_model
+
+    c = load_config(args.config, _overrides(args))
+    recipe = base_model_recipe(c.env, c.env_args, c.tiny, c.seed, c.warmstart_steps, c.warmstart_batch, c.warmstart_lr)
+    with Progress(
+        TextColumn("[bold blue]warm-start"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+    ) as progress:
+        bar = progress.add_task("", total=c.warmstart_steps)
+        _, path, created = make_base_model(
+            make(c.env, **c.env_args),
+            recipe,
+            force=args.force,
+            on_step=lambda s, loss: progress.update(bar, completed=s, description=f"loss {loss:.3f}"),
+        )
+    console.print(f"{'created' if created else 'already cached (use --force to re-create)'}: {path}")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    table = Table("name", "description", "origin")
+    for name, entry in entries().items():
+        try:
+            description = entry.load().description or "(no description)"
+        except EnvLoadError as exc:
+            description = f"[red]cannot load: {exc}[/]"
+        table.add_row(name, description, entry.origin)
+    Console().print(table)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from ludus.core.check import check_env_by_name, format_report
+
+    kwargs = json.loads(args.env_args) if args.env_args else {}
+    report = check_env_by_name(args.env, **kwargs)
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ludus", description="Reinforcement learning with verifiable rewards.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a policy with GRPO (no arguments: the embedded default recipe)")
+    p.add_argument("--config", help="YAML file of config fields")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    _add_config_flags(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("warmstart", help="create (or re-create with --force) the cached base model for a config")
+    p.add_argument("--config", help="YAML file of config fields")
+    p.add_argument("--force", action="store_true", help="re-create even if it is cached")
+    _add_config_flags(p)
+    p.set_defaults(func=cmd_warmstart)
+
+    p = sub.add_parser("envs", help="list the available environments")
+    p.set_defaults(func=cmd_envs)
+
+    p = sub.add_parser("check", help="run the contract check on an environment")
+    p.add_argument("env", help="environment name (see `ludus envs`)")
+    p.add_argument("--env-args", help="JSON object of constructor arguments, e.g. '{\"digits\": 3}'")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except USER_ERRORS as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

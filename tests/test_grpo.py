@@ -1,0 +1,95 @@
+"""GRPO advantages and losses against values computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from ludus.train.grpo import group_advantages, policy_loss
+
+REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+ALL = torch.ones_like(REWARDS, dtype=torch.bool)
+
+
+def test_grpo_group_scaling_divides_by_the_unbiased_group_std():
+    adv = group_advantages(REWARDS, ALL, "group", eps=0.0 + 1e-12)
+    std = math.sqrt(4 * 0.25 / 3)  # rewards 1,0,0,1: mean 0.5, unbiased variance 1/3
+    assert adv[0].tolist() == pytest.approx([0.5 / std, -0.5 / std, -0.5 / std, 0.5 / std])
+    assert adv[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # a group of equal rewards carries no signal
+
+
+def test_dr_grpo_only_centres():
+    adv = group_advantages(REWARDS, ALL, "none")
+    assert adv.tolist() == [[0.5, -0.5, -0.5, 0.5], [0.0, 0.0, 0.0, 0.0]]
+
+
+def test_batch_scaling_uses_the_std_of_all_rewards():
+    adv = group_advantages(REWARDS, ALL, "batch", eps=0.0)
+    std = REWARDS.flatten().std().item()  # six ones and two zeros
+    assert adv[0].tolist() == pytest.approx([0.5 / std, -0.5 / std, -0.5 / std, 0.5 / std])
+
+
+def test_invalid_samples_get_zero_advantage_and_do_not_move_the_mean():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    valid = torch.tensor([[True, True, False, False]])  # two infrastructure errors
+    adv = group_advantages(rewards, valid, "none")
+    assert adv.tolist() == [[0.5, -0.5, 0.0, 0.0]]
+
+
+def test_unknown_scale_is_rejected():
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(REWARDS, ALL, "sometimes")  # type: ignore[arg-type]
+
+
+def _tokens():
+    # two sequences: lengths 2 and 1 (second position padded)
+    old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
+    new = torch.log(torch.tensor([[0.8, 0.5], [0.25, 0.9]]))  # ratios 1.6, 1.0 | 0.5, (pad)
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([1.0, -1.0])
+    return new, old, adv, mask
+
+
+def test_clipped_loss_token_mean_by_hand():
+    new, old, adv, mask = _tokens()
+    loss, stats = policy_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28, loss_agg="token-mean")
+    # seq 1 (A=+1): ratio 1.6 -> min(1.6, 1.28) = 1.28; ratio 1.0 -> 1.0
+    # seq 2 (A=-1): ratio 0.5 -> min(-0.5, -0.8) = -0.8 (clipped at 1 - 0.2)
+    per_token = [-1.28, -1.0, 0.8]
+    assert loss.item() == pytest.approx(sum(per_token) / 3, rel=1e-5)
+    assert stats.clip_fraction == pytest.approx(2 / 3)
+
+
+def test_sequence_mean_aggregation_by_hand():
+    new, old, adv, mask = _tokens()
+    loss, _ = policy_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28, loss_agg="seq-mean-token-mean")
+    assert loss.item() == pytest.approx(((-1.28 - 1.0) / 2 + 0.8) / 2, rel=1e-5)
+
+
+def test_dr_grpo_aggregation_divides_by_a_constant_length():
+    new, old, adv, mask = _tokens()
+    loss, _ = policy_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28, loss_agg="seq-mean-token-sum-norm")
+    assert loss.item() == pytest.approx(((-1.28 - 1.0) / 2 + 0.8 / 2) / 2, rel=1e-5)
+
+
+def test_k3_kl_penalty_by_hand():
+    logp = torch.log(torch.tensor([[0.5]]))
+    ref = torch.log(torch.tensor([[0.25]]))
+    loss, stats = policy_loss(logp, logp.clone(), torch.tensor([0.0]), torch.tensor([[True]]), ref_logp=ref, beta=0.1)
+    kl = 0.5 - math.log(0.5) - 1  # exp(ref - logp) - (ref - logp) - 1 with ref - logp = log(1/2)
+    assert stats.kl == pytest.approx(kl, rel=1e-5)
+    assert loss.item() == pytest.approx(0.1 * kl, rel=1e-5)
+
+
+def test_kl_needs_reference_logprobs():
+    new, old, adv, mask = _tokens()
+    with pytest.raises(ValueError, match="ref_logp"):
+        policy_loss(new, old, adv, mask, beta=0.1)
+
+
+def test_gradient_pushes_up_positive_advantage_tokens():
+    logits = torch.zeros(1, 1, requires_grad=True)
+    logp = torch.nn.functional.logsigmoid(logits)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.tensor([[True]]))
+    loss.backward()
+    assert logits.grad is not None and logits.grad.item() < 0  # descending the loss raises logp

@@ -1,0 +1,70 @@
+"""The embedded model: sampling log-probs match scoring, greedy is deterministic, save/load round-trips."""
+
+import pytest
+import torch
+
+from ludus.core.types import Message
+from ludus.policies.base import SamplingParams
+from ludus.policies.tiny import EOS, ByteTokenizer, TinyConfig, TinyPolicy
+
+CONVS = [[Message("user", "1+2=")], [Message("user", "13+24=")], [Message("user", "123+456=")]]
+
+
+def test_tokenizer_round_trips_any_text_and_renders_chat():
+    tok = ByteTokenizer()
+    text = "naïve 37+45=82 ✓"
+    assert tok.decode(tok.encode(text)) == text
+    ids = tok.render([Message("system", "ignored"), Message("user", "2+2="), Message("assistant", "4")])
+    assert tok.decode(ids) == "2+2=\n4" and ids[-1] == EOS
+
+
+def test_sampled_logprobs_equal_rescored_logprobs_across_padding():
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=2, n_heads=2, max_len=32), seed=1)
+    gen = torch.Generator().manual_seed(0)
+    for temperature in (1.0, 0.7):
+        out = policy.generate(CONVS, SamplingParams(temperature=temperature, max_tokens=6), gen)
+        logp, entropy = policy.token_logprobs([c.prompt_ids for c in out], [c.completion_ids for c in out], temperature)
+        for i, c in enumerate(out):
+            assert torch.allclose(logp[i, : len(c.completion_ids)], torch.tensor(c.logprobs), atol=1e-4)
+        assert (entropy >= 0).all()
+
+
+def test_kv_cache_generation_matches_full_recompute():
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=2, n_heads=2, max_len=32), seed=2)
+    out = policy.generate(CONVS, SamplingParams(temperature=0, max_tokens=8))
+    for conv, c in zip(CONVS, out, strict=True):
+        ids = ByteTokenizer().render(conv)
+        for expected in c.completion_ids:  # greedy, one token at a time, no cache
+            n = len(ids)
+            logits, _ = policy.module(
+                torch.tensor([ids]), torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+            )
+            assert int(logits[0, -1].argmax()) == expected
+            ids.append(expected)
+
+
+def test_seeded_sampling_is_reproducible_and_top_p_one_token():
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=32), seed=3)
+    a = policy.generate(CONVS, SamplingParams(max_tokens=5), torch.Generator().manual_seed(7))
+    b = policy.generate(CONVS, SamplingParams(max_tokens=5), torch.Generator().manual_seed(7))
+    assert [x.completion_ids for x in a] == [x.completion_ids for x in b]
+    greedy = policy.generate(CONVS, SamplingParams(temperature=0, max_tokens=5))
+    nucleus = policy.generate(CONVS, SamplingParams(top_p=1e-6, max_tokens=5), torch.Generator().manual_seed(1))
+    assert [x.completion_ids for x in nucleus] == [x.completion_ids for x in greedy]
+
+
+def test_save_load_round_trip(tmp_path):
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=32), seed=4)
+    policy.save(tmp_path / "m")
+    loaded = TinyPolicy.load(tmp_path / "m")
+    assert loaded.config == policy.config
+    for (k, a), (_, b) in zip(policy.module.state_dict().items(), loaded.module.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        TinyPolicy.load(tmp_path / "missing")
+
+
+def test_prompt_longer_than_context_is_a_clear_error():
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=16), seed=0)
+    with pytest.raises(ValueError, match="context"):
+        policy.generate([[Message("user", "x" * 20)]], SamplingParams(max_tokens=4))
