@@ -1,0 +1,87 @@
+"""Held-out accuracy vs. minutes for the default `ludus train` recipe, beside supervised training.
+
+For each seed: the RL phase of the default config (base model from the cached warm-start,
+then GRPO with verifier rewards only), and — in the same run, same time budget, same model —
+supervised training on gold answers from the same base. Prints both curves, peak memory
+and the ratio of final accuracies. Not a test: it takes about (2 × minutes × seeds) minutes.
+
+    python benchmarks/recipe_curve.py --seeds 0 1 2 --minutes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+
+import torch
+
+from ludus.core.registry import make
+from ludus.train.config import load_config
+from ludus.train.supervised import WARMSTART_TASK_OFFSET, base_model_recipe, make_base_model, supervised_steps
+from ludus.train.trainer import Trainer, evaluate
+
+
+def rl_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
+    cfg = load_config(
+        overrides={"seed": seed, "time_limit_min": minutes, "runs_dir": tempfile.mkdtemp(), "name": f"bench-rl-{seed}"}
+    )
+    result = Trainer.create(cfg, log=lambda _: None).run()
+    return [(elapsed / 60, acc) for _, elapsed, acc in result.eval_accuracy]
+
+
+def supervised_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
+    cfg = load_config(overrides={"seed": seed})
+    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    env = make(cfg.env, **cfg.env_args)
+    recipe = base_model_recipe(
+        cfg.env, cfg.env_args, cfg.tiny, seed, cfg.warmstart_steps, cfg.warmstart_batch, cfg.warmstart_lr
+    )
+    policy, _, _ = make_base_model(env, recipe)
+    eval_tasks = [env.task_source("eval").get(i) for i in range(cfg.eval_size)]
+    curve = [
+        (0.0, evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, cfg.max_tokens)["eval/accuracy"])
+    ]
+    spent, chunk, done = 0.0, 25, 0
+    while spent < minutes * 60:
+        t0 = time.perf_counter()
+        done += supervised_steps(
+            policy,
+            env,
+            steps=chunk,
+            batch=cfg.prompts_per_step * cfg.group_size,
+            lr=cfg.lr,
+            start_index=WARMSTART_TASK_OFFSET * 2 + done * 256,
+        )
+        spent += time.perf_counter() - t0
+        acc = evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, cfg.max_tokens)["eval/accuracy"]
+        curve.append((spent / 60, acc))
+    return curve
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    args = parser.parse_args()
+    report = {}
+    for seed in args.seeds:
+        rl = rl_curve(seed, args.minutes)
+        sup = supervised_curve(seed, args.minutes)
+        report[seed] = {"rl": rl, "supervised": sup}
+        print(f"seed {seed}: RL       " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in rl), flush=True)
+        print(f"seed {seed}: supervised " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in sup), flush=True)
+        print(
+            f"seed {seed}: base {rl[0][1]:.3f} -> RL {rl[-1][1]:.3f}, supervised {sup[-1][1]:.3f} "
+            f"(RL/supervised = {rl[-1][1] / max(sup[-1][1], 1e-9):.2f})",
+            flush=True,
+        )
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak memory (max RSS) {peak_mib:.0f} MiB")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
