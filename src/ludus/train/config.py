@@ -35,23 +35,23 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads; 0 = all cores
     # environment and tasks
     env: str = "arithmetic"
-    env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+"})
+    env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+", "digit_credit": 0.5})
     # model: "tiny" (the embedded model, warm-started into a cached base) or a saved policy folder
     model: str = "tiny"
     tiny: dict[str, Any] = field(default_factory=dict)  # TinyConfig overrides: d_model, n_layers, n_heads, max_len
-    warmstart_steps: int = 60  # supervised steps that make the cached base model; 0 = start from random weights
+    warmstart_steps: int = 180  # supervised steps that make the cached base model; 0 = start from random weights
     warmstart_batch: int = 64
-    warmstart_lr: float = 1e-3
+    warmstart_lr: float = 2e-3
     # RL
-    steps: int = 1000
+    steps: int = 3000
     time_limit_min: float = 10.0  # stop RL after this many minutes (0 = no limit)
-    prompts_per_step: int = 16
-    group_size: int = 16
+    prompts_per_step: int = 32
+    group_size: int = 8
     max_tokens: int = 6
-    temperature: float = 1.0
+    temperature: float = 0.7
     top_p: float = 1.0
-    lr: float = 3e-4
-    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    lr: float = 4e-4
+    lr_schedule: Literal["constant", "cosine", "linear"] = "cosine"
     warmup_steps: int = 0
     weight_decay: float = 0.0
     ppo_epochs: int = 1
