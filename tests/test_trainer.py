@@ -202,6 +202,8 @@ def test_short_seeded_training_improves_reward(tmp_path):
         prompts_per_step=16,
         group_size=8,
         lr=1e-3,
+        lr_schedule="constant",
+        temperature=1.0,
         max_tokens=2,
         checkpoint_every=0,
         tiny={"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 16},
