@@ -2,7 +2,7 @@
 
 For each seed: the RL phase of the default config (base model from the cached warm-start,
 then GRPO with verifier rewards only), and — in the same run, same time budget, same model —
-supervised training on gold answers from the same base. Prints both curves, peak memory
+supervised training on gold answers from the same base (the warm-start continued). Prints both curves, peak memory
 and the ratio of final accuracies. Not a test: it takes about (2 × minutes × seeds) minutes.
 
     python benchmarks/recipe_curve.py --seeds 0 1 2 --minutes 10
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import tempfile
 import time
@@ -33,31 +34,35 @@ def rl_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
 
 
 def supervised_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
+    """Continue the warm-start (its lr and batch, one optimizer) on fresh gold answers for the same
+    wall time, evaluating as often as the RL run does; evaluation time counts, as it does for RL."""
     cfg = load_config(overrides={"seed": seed})
-    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     env = make(cfg.env, **cfg.env_args)
     recipe = base_model_recipe(
         cfg.env, cfg.env_args, cfg.tiny, seed, cfg.warmstart_steps, cfg.warmstart_batch, cfg.warmstart_lr
     )
     policy, _, _ = make_base_model(env, recipe)
     eval_tasks = [env.task_source("eval").get(i) for i in range(cfg.eval_size)]
-    curve = [
-        (0.0, evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, cfg.max_tokens)["eval/accuracy"])
-    ]
-    spent, chunk, done = 0.0, 25, 0
-    while spent < minutes * 60:
-        t0 = time.perf_counter()
+
+    def accuracy() -> float:
+        return evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, cfg.max_tokens)["eval/accuracy"]
+
+    optimizer = torch.optim.AdamW(policy.module.parameters(), lr=cfg.warmstart_lr, weight_decay=0.0)
+    start, done = time.perf_counter(), 0
+    curve = [(0.0, accuracy())]
+    while (left := minutes * 60 - (time.perf_counter() - start)) > 0:
         done += supervised_steps(
             policy,
             env,
-            steps=chunk,
-            batch=cfg.prompts_per_step * cfg.group_size,
-            lr=cfg.lr,
-            start_index=WARMSTART_TASK_OFFSET * 2 + done * 256,
+            steps=cfg.eval_every,
+            batch=cfg.warmstart_batch,
+            lr=cfg.warmstart_lr,
+            start_index=WARMSTART_TASK_OFFSET * 2 + done * cfg.warmstart_batch,
+            time_limit_s=left,
+            optimizer=optimizer,
         )
-        spent += time.perf_counter() - t0
-        acc = evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, cfg.max_tokens)["eval/accuracy"]
-        curve.append((spent / 60, acc))
+        curve.append(((time.perf_counter() - start) / 60, accuracy()))
     return curve
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ludus.core import Score, SingleTurnEnv, Status, Task, register
 from ludus.train.config import load_config
-from ludus.train.trainer import Trainer
+from ludus.train.trainer import Trainer, lr_factor
 
 SMALL = {
     "env_args": {"digits": 1, "ops": "+"},
@@ -214,3 +214,21 @@ def test_short_seeded_training_improves_reward(tmp_path):
     rewards = [r["reward/mean"] for r in train if "reward/mean" in r]
     assert sum(rewards[-50:]) / 50 > sum(rewards[:50]) / 50 + 0.05
     assert after >= before + 0.4, (before, after)
+
+
+def test_lr_schedule_warms_up_then_anneals_over_steps():
+    cfg = _config(Path("."), steps=100, warmup_steps=10, lr_schedule="cosine")
+    assert [lr_factor(cfg, s) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
+    assert lr_factor(cfg, 10) == 1.0
+    assert lr_factor(cfg, 55) == pytest.approx(0.5)
+    assert lr_factor(cfg, 100) == pytest.approx(0.0)
+    linear = _config(Path("."), steps=100, lr_schedule="linear")
+    assert lr_factor(linear, 25) == pytest.approx(0.75)
+    assert lr_factor(_config(Path("."), steps=100, lr_schedule="constant"), 99) == 1.0
+
+
+def test_lr_schedule_follows_the_time_limit_when_it_ends_the_run_first():
+    cfg = _config(Path("."), steps=1000, time_limit_min=10, lr_schedule="linear")
+    assert lr_factor(cfg, 100, elapsed_s=300) == pytest.approx(0.5)  # half the time, a tenth of the steps
+    assert lr_factor(cfg, 900, elapsed_s=60) == pytest.approx(0.1)  # the step budget ends first
+    assert lr_factor(cfg, 100, elapsed_s=900) == 0.0  # past the limit: never negative

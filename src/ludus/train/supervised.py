@@ -63,10 +63,13 @@ def supervised_steps(
     start_index: int = WARMSTART_TASK_OFFSET,
     time_limit_s: float | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> int:
-    """Minimise the cross-entropy of reference replies (answer + end-of-sequence). Returns steps done."""
+    """Minimise the cross-entropy of reference replies (answer + end-of-sequence). Returns steps done.
+
+    Pass an ``optimizer`` to continue training across calls without resetting Adam's moments."""
     tok = policy.tokenizer
-    opt = torch.optim.AdamW(policy.module.parameters(), lr=lr, weight_decay=0.0)
+    opt = optimizer or torch.optim.AdamW(policy.module.parameters(), lr=lr, weight_decay=0.0)
     policy.module.train()
     start = time.perf_counter()
     done = 0
@@ -96,7 +99,7 @@ def base_model_recipe(
     env_name: str, env_args: dict[str, Any], tiny: dict[str, Any], seed: int, steps: int, batch: int, lr: float
 ) -> dict[str, Any]:
     return {
-        "recipe": 1,
+        "recipe": 2,
         "env": env_name,
         "env_args": env_args,
         "tiny": tiny,
@@ -120,9 +123,18 @@ def make_base_model(
     if path.exists() and not force:
         return TinyPolicy.load(path), path, False
     policy = TinyPolicy(TinyConfig(**recipe["tiny"]), seed=recipe["seed"])
-    with torch.random.fork_rng():
-        torch.manual_seed(recipe["seed"])
-        supervised_steps(policy, env, steps=recipe["steps"], batch=recipe["batch"], lr=recipe["lr"], on_step=on_step)
+    # One thread: CPU matmuls sum in a thread-count-dependent order, and the warm-start sits near a
+    # phase change, so the same recipe must give the same base on a 2-core and a 16-core machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(recipe["seed"])
+            supervised_steps(
+                policy, env, steps=recipe["steps"], batch=recipe["batch"], lr=recipe["lr"], on_step=on_step
+            )
+    finally:
+        torch.set_num_threads(threads)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save(tmp)

@@ -92,13 +92,20 @@ class _StopFlag:
                 signal.signal(s, h)
 
 
-def lr_factor(config: TrainConfig, step: int) -> float:
-    """Learning-rate multiplier at RL step ``step`` (0-based): linear warm-up, then the schedule."""
+def lr_factor(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
+    """Learning-rate multiplier at RL step ``step`` (0-based): linear warm-up, then the schedule.
+
+    The schedule's progress is the larger of steps done / ``steps`` and, with a time limit,
+    elapsed / ``time_limit_min``: it anneals toward whichever budget ends the run, so a
+    10-minute run ends annealed on a slow laptop and a fast server alike."""
     if step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
     if config.lr_schedule == "constant":
         return 1.0
-    progress = min(1.0, (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps))
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    if config.time_limit_min:
+        progress = max(progress, elapsed_s / (config.time_limit_min * 60))
+    progress = min(1.0, progress)
     if config.lr_schedule == "linear":
         return 1.0 - progress
     return 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -291,7 +298,7 @@ class Trainer:
         with self.stop.installed():
             while step < c.steps and not (c.time_limit_min and elapsed >= c.time_limit_min * 60):
                 t0 = time.perf_counter()
-                record, trajs = self._rl_step(step, train_tasks)
+                record, trajs = self._rl_step(step, elapsed, train_tasks)
                 step += 1
                 self.policy.version = step
                 dt = time.perf_counter() - t0
@@ -324,7 +331,7 @@ class Trainer:
         plot_run(self.run_dir)
         return RunResult(self.run_dir, step, elapsed, curve, interrupted)
 
-    def _rl_step(self, step: int, train_tasks: Any) -> tuple[dict[str, Any], list[Trajectory]]:
+    def _rl_step(self, step: int, elapsed_s: float, train_tasks: Any) -> tuple[dict[str, Any], list[Trajectory]]:
         c = self.config
         self.policy.module.eval()
         base = step * c.prompts_per_step
@@ -345,7 +352,7 @@ class Trainer:
             for turn in traj.turns
             if a != 0.0 or c.beta > 0  # zero advantage and no KL term: no gradient, so skip the compute
         ]
-        lr = c.lr * lr_factor(c, step)
+        lr = c.lr * lr_factor(c, step, elapsed_s)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         stats = self._update(samples)
