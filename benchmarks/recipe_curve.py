@@ -66,25 +66,56 @@ def supervised_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
     return curve
 
 
+def first_minute_at(curve: list[tuple[float, float]], accuracy: float) -> float | None:
+    return next((m for m, a in curve if a >= accuracy), None)
+
+
+def plot(report: dict[int, dict[str, list[tuple[float, float]]]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (seed, curves) in enumerate(sorted(report.items())):
+        color = f"C{i}"
+        ax.plot(*zip(*curves["rl"], strict=True), color=color, label=f"RL, seed {seed}")
+        ax.plot(*zip(*curves["supervised"], strict=True), color=color, linestyle=":", label=f"supervised, seed {seed}")
+    ax.axhline(0.8, color="grey", linewidth=0.8)
+    ax.set(xlabel="minutes", ylabel="held-out greedy accuracy", ylim=(0, 1), title="ludus train defaults")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--plot", default="", help="write the curves to this PNG file")
     args = parser.parse_args()
     report = {}
+    met = True
     for seed in args.seeds:
         rl = rl_curve(seed, args.minutes)
         sup = supervised_curve(seed, args.minutes)
         report[seed] = {"rl": rl, "supervised": sup}
-        print(f"seed {seed}: RL       " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in rl), flush=True)
+        print(f"seed {seed}: RL         " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in rl), flush=True)
         print(f"seed {seed}: supervised " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in sup), flush=True)
+        reached, sup_reached = first_minute_at(rl, 0.8), first_minute_at(sup, 0.8)
         print(
-            f"seed {seed}: base {rl[0][1]:.3f} -> RL {rl[-1][1]:.3f}, supervised {sup[-1][1]:.3f} "
-            f"(RL/supervised = {rl[-1][1] / max(sup[-1][1], 1e-9):.2f})",
+            f"seed {seed}: base {rl[0][1]:.3f} -> RL {rl[-1][1]:.3f} (0.8 at {reached and f'{reached:.1f} min'}), "
+            f"supervised {sup[-1][1]:.3f} (0.8 at {sup_reached and f'{sup_reached:.1f} min'}); "
+            f"RL/supervised final = {rl[-1][1] / max(sup[-1][1], 1e-9):.2f}",
             flush=True,
         )
+        met = met and rl[0][1] <= 0.2 and rl[-1][1] >= 0.8
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory (max RSS) {peak_mib:.0f} MiB")
+    print(f"target (base <= 0.20, final >= 0.80 for every seed, peak < 2048 MiB): {met and peak_mib < 2048}")
+    if args.plot:
+        plot(report, args.plot)
     print(json.dumps(report))
 
 

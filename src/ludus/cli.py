@@ -7,6 +7,7 @@ file) ends in one plain sentence on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -22,11 +23,17 @@ USER_ERRORS: tuple[type[BaseException], ...] = (UnknownEnvError, EnvLoadError, V
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    from ludus.train.config import FIELDS
+    from ludus.train.config import FIELDS, TrainConfig
 
-    group = parser.add_argument_group("config fields (override the YAML file; values are parsed as YAML)")
+    group = parser.add_argument_group(
+        "config fields (override the YAML file; values are parsed as YAML; docs/recipe.md explains the recipe)"
+    )
+    defaults = TrainConfig().to_dict()
     for name in FIELDS:
-        group.add_argument(f"--{name.replace('_', '-')}", dest=f"cfg_{name}", metavar="VALUE", default=None)
+        shown = json.dumps(defaults[name]) if isinstance(defaults[name], dict) else repr(defaults[name])
+        group.add_argument(
+            f"--{name.replace('_', '-')}", dest=f"cfg_{name}", metavar="VALUE", default=None, help=f"default {shown}"
+        )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

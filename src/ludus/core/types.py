@@ -192,8 +192,8 @@ class Score(_JsonMixin):
         return cls(**_known(cls, data))
 
     @classmethod
-    def zero(cls, status: str, reason: str, **components: float) -> Score:
-        return cls(0.0, status=status, reason=reason, components=dict(components))
+    def zero(cls, status: str, reason: str, *, extracted: str | None = None, **components: float) -> Score:
+        return cls(0.0, status=status, reason=reason, components=dict(components), extracted=extracted)
 
 
 @dataclass

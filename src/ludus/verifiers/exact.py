@@ -10,37 +10,23 @@ from __future__ import annotations
 import re
 
 from ludus.core.types import Score, Status
+from ludus.verifiers.answers import Marker, find_answers
 
 MAX_ANSWER_CHARS = 2_000
 
-_TAGGED = re.compile(r"<answer>(.*?)</answer>", re.S)
-_BOXED = re.compile(r"\\(?:boxed|fbox)\{([^{}]*)\}")
-_ANSWER_LINE = re.compile(r"^\s*(?:final answer|answer)\s*[:=]\s*(.+?)\s*$", re.I | re.M)
-_GSM8K = re.compile(r"^####\s*(.+?)\s*$", re.M)
 _INT = re.compile(r"[+-]?\d+")
 _MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})
+# A tiny model answers bare ("57"), so a reply with no marker is itself the answer here.
+PRIORITY: tuple[Marker, ...] = ("answer_tag", "boxed", "answer_line", "gsm8k")
 
 
 def extract_answer(text: str) -> tuple[str | None, str]:
-    """The final answer in ``text`` and where it came from.
-
-    Looks, in order, for ``<answer>…</answer>``, ``\\boxed{…}``, an ``Answer:`` line and a
-    GSM8K ``#### …`` line (after any ``</think>``); without any marker the whole text is the
-    answer. Returns ``(None, reason)`` when several *different* marked answers are given.
-    """
-    text = text.rsplit("</think>", 1)[-1]
-    for pattern, where in (
-        (_TAGGED, "<answer> tag"),
-        (_BOXED, "\\boxed"),
-        (_ANSWER_LINE, "Answer: line"),
-        (_GSM8K, "#### line"),
-    ):
-        found = [m.strip() for m in pattern.findall(text)]
-        if found:
-            if len(set(found)) > 1:
-                return None, f"{len(set(found))} different final answers in {where}s: {found[:4]}"
-            return found[-1], where
-    return text.strip(), "whole reply"
+    """The final answer in ``text`` and where it came from; ``(None, reason)`` when several
+    *different* marked answers are given or there is none (see :func:`find_answers`)."""
+    found, where = find_answers(text, PRIORITY, whole_reply=True)
+    if len(set(found)) > 1:
+        return None, f"{len(set(found))} different final answers in {where}s: {found[:4]}"
+    return (found[-1], where) if found else ("", where)
 
 
 def parse_int(text: str) -> int | None:

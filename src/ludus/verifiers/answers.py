@@ -1,0 +1,109 @@
+"""Finding the final answer in a model's reply: the one extraction every verifier shares.
+
+A reply's answer is what follows the reasoning: only text after the last ``</think>`` counts,
+and a reply that opens ``<think>`` but never closes it has no answer. Within that text the
+answer is marked by one of several conventions (:data:`MARKERS`); the first kind present, in
+the caller's priority order, is used and every occurrence of it is returned, so the caller
+can refuse hedging (two different boxed answers) instead of silently taking the last one.
+Everything here is linear-time string scanning: no regular expression can backtrack on a
+20,000-character reply, and nothing is evaluated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+Marker = Literal["boxed", "answer_tag", "gsm8k", "answer_line"]
+MARKERS: tuple[Marker, ...] = ("boxed", "answer_tag", "gsm8k", "answer_line")
+DESCRIBED = {
+    "boxed": "\\boxed{}",
+    "answer_tag": "<answer> tag",
+    "gsm8k": "#### line",
+    "answer_line": "'Answer:' line",
+}
+
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_GSM8K = re.compile(r"^[ \t]*####[ \t]*(.*?)[ \t]*$", re.M)
+_ANSWER_LINE = re.compile(
+    r"^[ \t>*#_]*(?:final[ \t]+answer|answer)[ \t*_]*[:：][ \t*_]*(.*?)[ \t]*$"  # "Answer: 5", "**Final answer:** 5"
+    r"|\b(?:the[ \t]+)?(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*(.*?)[ \t]*$",  # "The final answer is 5."
+    re.M | re.I,
+)
+_LEADING_MATH = re.compile(r"^\$+([^$]+)\$+")
+
+
+def reply_after_reasoning(text: str) -> str | None:
+    """The part of ``text`` after the last ``</think>``; ``None`` if reasoning was opened but never closed."""
+    head, sep, tail = text.rpartition("</think>")
+    if sep:
+        return tail
+    return None if "<think>" in text else text
+
+
+def boxed_contents(text: str) -> list[str]:
+    """The contents of every outermost ``\\boxed{…}`` / ``\\fbox{…}`` in ``text``, nested braces
+    respected; ``\\boxed{\\boxed{3}}`` is ``3``."""
+    found, end = [], 0
+    for match in _BOX_COMMAND.finditer(text):
+        if match.start() < end:
+            continue  # inside the previous box
+        depth, start = 1, match.end()
+        for i in range(start, len(text)):
+            if text[i] == "{" and text[i - 1] != "\\":
+                depth += 1
+            elif text[i] == "}" and text[i - 1] != "\\":
+                depth -= 1
+                if depth == 0:
+                    inner = text[start:i].strip()
+                    nested = boxed_contents(inner)
+                    whole_box = nested and _BOX_COMMAND.match(inner) and inner.endswith("}")
+                    found.append(nested[0] if whole_box and len(nested) == 1 else inner)
+                    end = i
+                    break
+    return found
+
+
+def _answer_lines(text: str) -> list[str]:
+    """Every answer line; within one line the last statement wins ("the answer is 4… no, the answer is 3")."""
+    found = []
+    for line_form, sentence_form in _ANSWER_LINE.findall(text):
+        answer = (line_form or sentence_form).strip()
+        while (inner := _ANSWER_LINE.findall(answer)) and (inner[-1][0] or inner[-1][1]) != answer:
+            answer = (inner[-1][0] or inner[-1][1]).strip()
+        math = _LEADING_MATH.match(answer)  # "$5$. I hope it is correct." -> "5"
+        if math:
+            answer = math.group(1)
+        found.append(answer[:-1].rstrip() if answer.endswith(".") else answer)
+    return found
+
+
+def find_answers(
+    text: str, priority: Sequence[Marker] = MARKERS, *, whole_reply: bool = False
+) -> tuple[list[str], str]:
+    """Every final answer of the first marker kind present, and a phrase saying where they were found.
+
+    Returns ``([], reason)`` when there is none. With ``whole_reply=True`` a reply without any
+    marker is itself the answer (for tiny models that answer bare, e.g. ``57``).
+    """
+    reply = reply_after_reasoning(text)
+    if reply is None:
+        return [], "the reply opens <think> but never closes it"
+    for marker in priority:
+        if marker == "boxed":
+            found = boxed_contents(reply)
+        elif marker == "answer_tag":
+            found = _ANSWER_TAG.findall(reply)
+        elif marker == "gsm8k":
+            found = _GSM8K.findall(reply)
+        elif marker == "answer_line":
+            found = _answer_lines(reply)
+        else:
+            raise ValueError(f"unknown answer marker {marker!r}; choose from {', '.join(MARKERS)}")
+        if found:
+            return [f.strip() for f in found], DESCRIBED[marker]
+    if whole_reply and reply.strip():
+        return [reply.strip()], "whole reply"
+    return [], "no final answer marked (" + ", ".join(DESCRIBED[m] for m in priority) + ")"

@@ -1,0 +1,337 @@
+"""Math answer verification: exact where the gold is exact, deny by default, never hangs.
+
+    >>> MathVerifier().score("... so the area is \\boxed{\\frac{3}{4}}", "0.75").status
+    'correct'
+
+The rules (each has a test in ``tests/test_math_verifier.py``):
+
+* **One final answer** (:mod:`ludus.verifiers.answers`): after the last ``</think>``; the first
+  marker kind present in ``priority`` order (``\\boxed``/``\\fbox``, ``<answer>``, ``####``,
+  ``Answer:``). Several *different* boxed answers, or a hedge ("3 or 4", a box listing every
+  option) are ``ambiguous``; no marker or an empty box is ``no_answer``; an answer longer than
+  ``max_answer_chars`` is a ``format_error`` and is never parsed.
+* **Exact when the gold is exact.** Numbers are rationals (``0.5`` = ``\\frac12``, but ``0.333``
+  ≠ ``\\frac13`` and ``6.28`` ≠ ``2\\pi``); expressions are equal only if SymPy *proves* the
+  difference is zero — a numerical match is never enough, so ``\\pi + 10^{-100}`` ≠ ``\\pi``
+  and ``\\frac{1}{2004!}`` ≠ ``\\frac{1}{2006!}``.
+* **Tolerance only for a decimal gold**: a gold written ``6.28`` is correct to its last digit,
+  so an answer is accepted iff it rounds to it: ``|answer − gold| ≤ 0.5·10^-k`` for ``k``
+  decimals (``2\\pi`` and ``6.283`` pass, ``6.3`` does not).
+* **Units** (:data:`~ludus.verifiers.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and trailing unit
+  words are dropped from both sides, so ``25\\%`` = ``25`` and ``25\\%`` ≠ ``0.25``.
+* **Structure is kept**: ordered tuples stay ordered; ``\\{…\\}`` and bare lists of all
+  solutions compare as sets (a subset is wrong); interval brackets matter; matrices compare
+  by shape and entries; an equation matches only an equivalent equation (``y=2x+1`` =
+  ``2x-y+1=0``; ``x = 5`` and ``5`` match each other); inequalities keep their strictness;
+  multiple-choice golds accept exactly one letter.
+* **Bounded**: parsing and comparison run in a worker process (:mod:`ludus.verifiers.guard`)
+  with a time and memory limit; exceeding it is ``timeout``, as is a number too large to
+  build exactly. A gold that cannot be parsed is ``gold_error`` and never pays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import sympy
+
+from ludus.core.types import Score, Status
+from ludus.verifiers.answers import MARKERS, Marker, boxed_contents, find_answers
+from ludus.verifiers.guard import GuardedPool, cpu_count
+from ludus.verifiers.latex import (
+    Answer,
+    Bracketed,
+    Chain,
+    Choice,
+    Collection,
+    Expr,
+    IntervalUnion,
+    Matrix,
+    ParseError,
+    Ratio,
+    Relation,
+    Text,
+    TooLarge,
+    choice_letter,
+    is_hedged,
+    normalise,
+    parse_answer,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Equivalence of parsed answers
+
+_PROBE_POINTS = (sympy.Rational(7213, 10000), sympy.Rational(-13819, 10000), sympy.Rational(29, 7))
+
+
+def _numerically_close(a: sympy.Expr, b: sympy.Expr) -> bool | None:
+    """A quick *refutation* test at fixed points; ``None`` if it cannot evaluate. Never a proof."""
+    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
+    decided = None
+    for shift, point in enumerate(_PROBE_POINTS):
+        subs = {s: point + shift * k for k, s in enumerate(symbols)}
+        try:
+            x, y = complex(a.evalf(40, subs=subs)), complex(b.evalf(40, subs=subs))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if x != x or y != y or abs(x) == float("inf") or abs(y) == float("inf"):  # nan / inf: undecided here
+            continue
+        if abs(x - y) > 1e-12 * max(1.0, abs(x), abs(y)):
+            return False
+        decided = True
+        if not symbols:
+            break
+    return decided
+
+
+def _provably_zero(d: sympy.Expr) -> bool:
+    if d == 0:
+        return True
+    if d.is_Rational:
+        return False
+    if sympy.expand(d) == 0 or sympy.simplify(d) == 0:
+        return True
+    if d.is_number and not d.has(sympy.oo, -sympy.oo, sympy.zoo):
+        try:  # exact for algebraic numbers: the minimal polynomial of 0 is x
+            x = sympy.Dummy("x")
+            return sympy.minimal_polynomial(d, x) == x
+        except (NotImplementedError, ValueError, sympy.polys.polyerrors.PolynomialError):
+            return False
+    return False
+
+
+def values_equal(answer: sympy.Expr, gold: sympy.Expr, decimals: int | None = None) -> bool:
+    """``answer`` equals ``gold`` exactly or, when the gold was written with ``decimals`` places, rounds to it."""
+    if answer == gold:
+        return True
+    if decimals is not None and gold.is_Rational and answer.is_number:
+        bound = sympy.Rational(1, 2 * 10**decimals)
+        if answer.is_Rational:
+            return abs(answer - gold) <= bound
+        diff = (answer - gold).evalf(decimals + 30)
+        return bool(diff.is_comparable and abs(diff) <= bound)
+    if answer.has(sympy.oo, -sympy.oo) or gold.has(sympy.oo, -sympy.oo):
+        return False  # infinities are equal only when identical (checked above)
+    if answer.is_Rational and gold.is_Rational:
+        return False
+    if _numerically_close(answer, gold) is False:
+        return False
+    return _provably_zero(answer - gold)
+
+
+_FLIP = {">": "<", ">=": "<="}
+
+
+def _oriented(r: Relation) -> tuple[str, sympy.Expr]:
+    """``(op, d)`` with op in = != < <= meaning ``0 op d``: ``a < b`` and ``b > a`` both give ``('<', b - a)``."""
+    if r.op in _FLIP:
+        return _FLIP[r.op], r.lhs - r.rhs
+    return r.op, r.rhs - r.lhs
+
+
+def relations_equal(a: Relation, g: Relation) -> bool:
+    (op_a, d_a), (op_g, d_g) = _oriented(a), _oriented(g)
+    if op_a != op_g:
+        return False
+    if a.lhs.is_Symbol and a.lhs == g.lhs and a.op == g.op:  # x = 5 vs x = 5, the common case
+        return values_equal(a.rhs, g.rhs)
+    if d_g == 0 or d_a == 0:
+        return d_a == d_g
+    ratio = sympy.simplify(d_a / d_g)
+    if ratio.free_symbols or not ratio.is_number or ratio == 0 or not ratio.is_finite:
+        return False
+    return bool(ratio.is_positive) if op_a in ("<", "<=") else True
+
+
+def _as_value(a: Answer) -> Answer:
+    """``x = 5`` (a lone variable on the left) reads as ``5``; a one-item list as its item."""
+    if isinstance(a, Relation) and a.op == "=" and a.lhs.is_Symbol:
+        return Expr(a.rhs)
+    if isinstance(a, Collection) and len(a.items) == 1:
+        return _as_value(a.items[0])
+    return a
+
+
+def _match_unordered(answers: Sequence[Answer], golds: Sequence[Answer]) -> bool:
+    if len(answers) != len(golds):
+        return False
+    unused = list(golds)
+    for a in answers:
+        hit = next((i for i, g in enumerate(unused) if equivalent(a, g)), None)
+        if hit is None:
+            return False
+        unused.pop(hit)
+    return True
+
+
+def equivalent(a: Answer, g: Answer) -> bool:
+    """Whether answer ``a`` is equivalent to gold ``g`` under the module's rules."""
+    if isinstance(g, Expr):
+        a = _as_value(a)
+        return isinstance(a, Expr) and values_equal(a.value, g.value, g.decimals)
+    if isinstance(g, Relation):
+        if isinstance(a, Relation):
+            return relations_equal(a, g)
+        value = _as_value(a)
+        return g.op == "=" and g.lhs.is_Symbol and isinstance(value, Expr) and values_equal(value.value, g.rhs)
+    if isinstance(g, Chain):
+        return isinstance(a, Chain) and _match_unordered(a.relations, g.relations)
+    if isinstance(g, Choice):
+        return isinstance(a, Choice) and a.letter == g.letter
+    if isinstance(g, Text):
+        return isinstance(a, Text) and a.text == g.text
+    if isinstance(g, Bracketed):
+        return (
+            isinstance(a, Bracketed)
+            and (a.open, a.close) == (g.open, g.close)
+            and len(a.items) == len(g.items)
+            and all(equivalent(x, y) for x, y in zip(a.items, g.items, strict=True))
+        )
+    if isinstance(g, Collection):
+        items = a.items if isinstance(a, Collection) else (a,)
+        return _match_unordered([_as_value(i) for i in items], [_as_value(i) for i in g.items])
+    if isinstance(g, IntervalUnion):
+        return isinstance(a, IntervalUnion) and _match_unordered(a.pieces, g.pieces)
+    if isinstance(g, Ratio):
+        return (
+            isinstance(a, Ratio)
+            and len(a.terms) == len(g.terms)
+            and all(values_equal(x * g.terms[0], y * a.terms[0]) for x, y in zip(a.terms, g.terms, strict=True))
+            and any(t != 0 for t in g.terms)
+        )
+    if isinstance(g, Matrix):
+        return (
+            isinstance(a, Matrix)
+            and [len(r) for r in a.rows] == [len(r) for r in g.rows]
+            and all(
+                equivalent(x, y) for ra, rg in zip(a.rows, g.rows, strict=True) for x, y in zip(ra, rg, strict=True)
+            )
+        )
+    raise TypeError(f"unknown answer shape {type(g).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging one reply (runs inside a guarded worker process)
+
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm)\s*\{([^{}]*)\}")
+
+
+def _plain_text(text: str) -> str:
+    return _TEXT_WRAPPER.sub(r"\1", normalise(text)).lower().replace(" ", "").strip(".")
+
+
+def _gold_text(gold: str) -> str:
+    boxed = boxed_contents(gold)
+    return (boxed[-1] if boxed else gold).strip()
+
+
+def parse_gold(gold: str) -> tuple[Answer, bool]:
+    """The parsed gold and whether it is a multiple-choice letter. Raises :class:`ParseError`."""
+    text = _gold_text(gold)
+    as_choice = choice_letter(text) is not None and len(normalise(_TEXT_WRAPPER.sub(r"\1", text))) <= 3
+    return parse_answer(text, as_choice=as_choice), as_choice
+
+
+def judge(completion: str, gold: str, priority: Sequence[Marker] = MARKERS, max_answer_chars: int = 1_000) -> Score:
+    """Score one reply against one gold answer, in-process and without a time limit.
+
+    Use :class:`MathVerifier` instead: it runs this under a hard limit."""
+    try:
+        gold_answer, as_choice = parse_gold(gold)
+    except ParseError as exc:
+        return Score.zero(Status.GOLD_ERROR, f"the gold answer {gold[:80]!r} cannot be read: {exc}")
+    answers, where = find_answers(completion, priority)
+    if not answers:
+        return Score.zero(Status.NO_ANSWER, where)
+    for text in answers:
+        if len(text) > max_answer_chars:
+            return Score.zero(
+                Status.FORMAT_ERROR,
+                f"the answer in {where} is {len(text):,} characters; the cap is {max_answer_chars:,}",
+            )
+    final = answers[-1]
+    if not normalise(final):
+        return Score.zero(Status.NO_ANSWER, f"empty answer in {where}", extracted=final)
+    if not is_hedged(_gold_text(gold)) and any(is_hedged(t) for t in answers):
+        return Score.zero(Status.AMBIGUOUS, f"the answer offers alternatives: {final[:80]!r}", extracted=final)
+
+    if isinstance(gold_answer, Text):
+        parsed: list[Answer] = [Text(_plain_text(t)) for t in answers]
+    else:
+        parsed = []
+        for text in answers:
+            try:
+                parsed.append(parse_answer(text, as_choice=as_choice))
+            except TooLarge as exc:
+                return Score.zero(Status.TIMEOUT, f"refused to build the answer exactly: {exc}", extracted=final)
+            except ParseError as exc:
+                status = Status.AMBIGUOUS if as_choice and "found [" in str(exc) else Status.FORMAT_ERROR
+                return Score.zero(status, f"cannot read {text[:80]!r} as math: {exc}", extracted=final)
+    last = replace(parsed[-1], decimals=None) if isinstance(parsed[-1], Expr) else parsed[-1]
+    if any(not equivalent(p, last) for p in parsed[:-1]):  # exact: "1/3, about 0.333" is two answers
+        return Score.zero(Status.AMBIGUOUS, f"{len(answers)} different final answers in {where}", extracted=final)
+    if normalise(final) == normalise(_gold_text(gold)) or equivalent(parsed[-1], gold_answer):
+        return Score(1.0, Status.CORRECT, f"{final[:60]!r} is equivalent to the gold answer", extracted=final)
+    return Score.zero(Status.WRONG, f"{final[:60]!r} is not equivalent to {_gold_text(gold)[:60]!r}", extracted=final)
+
+
+# ---------------------------------------------------------------------------------------------
+# The public verifier
+
+_POOLS: dict[tuple[int, int], GuardedPool] = {}
+
+
+def _pool(workers: int, memory_mb: int) -> GuardedPool:
+    key = (workers, memory_mb)
+    if key not in _POOLS:
+        _POOLS[key] = GuardedPool("ludus.verifiers.math:judge", workers=workers, memory_mb=memory_mb)
+    return _POOLS[key]
+
+
+@dataclass(frozen=True)
+class MathVerifier:
+    """Scores replies against gold answers under a hard time and memory limit (see the module doc).
+
+    Safe to call from any thread and (through :meth:`ascore`) from an event loop. Worker
+    processes start on first use and are shared by verifiers with the same pool settings.
+    """
+
+    priority: tuple[Marker, ...] = MARKERS
+    max_answer_chars: int = 1_000
+    timeout_s: float = 5.0
+    memory_mb: int = 1024
+    workers: int = field(default_factory=cpu_count)
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.priority if m not in MARKERS]
+        if unknown or not self.priority:
+            raise ValueError(f"priority must list answer markers from {MARKERS}, got {self.priority}")
+        if self.timeout_s <= 0 or self.max_answer_chars < 1 or self.workers < 1:
+            raise ValueError("timeout_s must be > 0, max_answer_chars and workers at least 1")
+
+    def score(self, completion: str, gold: str) -> Score:
+        outcome = _pool(self.workers, self.memory_mb).call(
+            completion, gold, self.priority, self.max_answer_chars, timeout_s=self.timeout_s
+        )
+        if outcome.kind == "ok":
+            return outcome.value
+        if outcome.kind in ("timeout", "memory"):
+            return Score.zero(Status.TIMEOUT, f"verification stopped: {outcome.detail}")
+        return Score.zero(Status.INFRA_ERROR, f"the verifier failed: {outcome.detail}")
+
+    async def ascore(self, completion: str, gold: str) -> Score:
+        return await asyncio.to_thread(self.score, completion, gold)
+
+    def score_many(self, pairs: Iterable[tuple[str, str]]) -> list[Score]:
+        """Scores in input order, ``workers`` at a time."""
+        with ThreadPoolExecutor(self.workers) as executor:
+            return list(executor.map(lambda pair: self.score(*pair), pairs))
+
+
+def verify_math(completion: str, gold: str, **options: object) -> Score:
+    """One-off convenience for ``MathVerifier(**options).score(completion, gold)``."""
+    return MathVerifier(**options).score(completion, gold)  # type: ignore[arg-type]

@@ -1,0 +1,329 @@
+"""The math verifier: every documented rule, hacks, limits, and its isolation from the caller."""
+
+import asyncio
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ludus.core import Status
+from ludus.verifiers.answers import find_answers
+from ludus.verifiers.guard import GuardedPool
+from ludus.verifiers.math import MathVerifier, judge
+
+CORRECT, WRONG = Status.CORRECT, Status.WRONG
+
+
+def boxed(answer: str) -> str:
+    return f"We work through the steps: 12 + 7 = 19 and 19 - 4 = 15. So the result is $\\boxed{{{answer}}}$."
+
+
+RULES = [
+    # exact numbers
+    ("42", "42", CORRECT),
+    ("-7", "-7", CORRECT),
+    ("7", "-7", WRONG),
+    ("0.5", r"\frac{1}{2}", CORRECT),
+    (r"\dfrac{1}{2}", "0.5", CORRECT),
+    (r"\frac12", r"\tfrac{1}{2}", CORRECT),
+    ("0.333", r"\frac{1}{3}", WRONG),
+    ("3.14", r"\pi", WRONG),
+    ("6.28", r"2\pi", WRONG),
+    ("1.41", r"\sqrt{2}", WRONG),
+    ("13.0", "13", CORRECT),
+    ("12.99", "13", WRONG),
+    ("1.0000001", "1", WRONG),
+    # decimal gold: correct to its last digit
+    (r"2\pi", "6.28", CORRECT),
+    ("6.283", "6.28", CORRECT),
+    (r"\frac{157}{25}", "6.28", CORRECT),
+    ("6.3", "6.28", WRONG),
+    ("6.29", "6.28", WRONG),
+    (r"\frac{25}{2}", "12.5", CORRECT),
+    ("13", "12.5", WRONG),
+    # tiny values, factorials, powers
+    (r"\frac{1}{2004!}", r"\frac{1}{2006!}", WRONG),
+    (r"\frac{1}{2006!}", r"\frac{1}{2006!}", CORRECT),
+    (r"10^{-12}", r"10^{-13}", WRONG),
+    (r"\pi + 10^{-100}", r"\pi", WRONG),
+    ("5!", "120", CORRECT),
+    (r"\binom{6}{3}", "20", CORRECT),
+    # formatting that does not change the value
+    ("1,000,000", "1000000", CORRECT),
+    (r"1\,000\,000", "1000000", CORRECT),
+    ("1{,}000", "1000", CORRECT),
+    (r"\left( \frac{3}{4} \right)", "0.75", CORRECT),
+    ("\u22125", "-5", CORRECT),
+    ("\u00bd", "0.5", CORRECT),
+    (r"3 \times 10^{4}", "30000", CORRECT),
+    ("3e4", "30000", CORRECT),
+    (r"2 \cdot 3", "6", CORRECT),
+    # expressions: symbolic, proven
+    (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}", CORRECT),
+    (r"2\sqrt{2}", r"\sqrt{8}", CORRECT),
+    ("(x-1)(x+1)", "x^2 - 1", CORRECT),
+    ("(x-1)(x+2)", "x^2 - 1", WRONG),
+    (r"1 - \frac{1}{e}", r"1 + \frac{1}{e}", WRONG),
+    (r"1 - \frac{1}{e}", r"1 - e^{-1}", CORRECT),
+    (r"e^{i\pi}", "-1", CORRECT),
+    (r"\sqrt[3]{8}", "2", CORRECT),
+    (r"\log_2 8", "3", CORRECT),
+    (r"\sin^2 x + \cos^2 x", "1", CORRECT),
+    (r"\infty", r"\infty", CORRECT),
+    (r"-\infty", r"\infty", WRONG),
+    # units policy
+    (r"25\%", "25", CORRECT),
+    ("25", r"25\%", CORRECT),
+    ("0.25", r"25\%", WRONG),
+    (r"25\%", "0.25", WRONG),
+    (r"30^\circ", "30", CORRECT),
+    ("30\u00b0", r"30^{\circ}", CORRECT),
+    (r"\frac{\pi}{6}", r"30^\circ", WRONG),
+    (r"5\text{ cm}", "5", CORRECT),
+    (r"\$12.50", "12.5", CORRECT),
+    # text and multiple choice
+    (r"\text{Tuesday}", r"\text{tuesday}", CORRECT),
+    ("Monday", r"\text{Tuesday}", WRONG),
+    ("B", r"\text{(B)}", CORRECT),
+    (r"\textbf{(B)}\ 42", "B", CORRECT),
+    ("(C)", "B", WRONG),
+    # sets, tuples, intervals, matrices
+    ("3, 2", "2, 3", CORRECT),
+    (r"\{3, 2\}", r"\{2, 3\}", CORRECT),
+    ("x = 2, 3", "2, 3", CORRECT),
+    ("2", "2, 3", WRONG),
+    ("2, 3, 5", "2, 3", WRONG),
+    (r"2 \pm \sqrt{3}", r"2 + \sqrt{3}, 2 - \sqrt{3}", CORRECT),
+    ("(1, 2)", "(1, 2)", CORRECT),
+    ("(2, 1)", "(1, 2)", WRONG),
+    ("[1, 2)", "(1, 2)", WRONG),
+    ("[1, 2]", "[1, 2]", CORRECT),
+    (r"(1, \infty) \cup (-\infty, 0)", r"(-\infty, 0) \cup (1, \infty)", CORRECT),
+    (r"(-\infty, 0] \cup (1, \infty)", r"(-\infty, 0) \cup (1, \infty)", WRONG),
+    (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", CORRECT),
+    (r"\begin{pmatrix} 2 \\ 1 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", WRONG),
+    (r"\begin{bmatrix} 1 & 2 \end{bmatrix}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", WRONG),
+    # equations and inequalities
+    ("2x - y + 1 = 0", "y = 2x + 1", CORRECT),
+    ("y - 1 = 2x", "y = 2x + 1", CORRECT),
+    ("y = 2x - 1", "y = 2x + 1", WRONG),
+    ("x = 5", "5", CORRECT),
+    ("5", "x = 5", CORRECT),
+    ("y = 5", "x = 5", WRONG),
+    ("3 < x", "x > 3", CORRECT),
+    (r"x \ge 3", "x > 3", WRONG),
+    (r"x \geq 3", r"3 \le x", CORRECT),
+    ("x < 3", "x > 3", WRONG),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold", "status"), RULES)
+def test_equivalence_rules(answer, gold, status):
+    score = judge(boxed(answer), gold)
+    assert score.status == status, score.reason
+    assert score.value == (1.0 if status == CORRECT else 0.0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    # decimal golds (tolerance), units and multiple choice are one-directional by design
+    [(a, g) for a, g, s in RULES if not any(c in a + g for c in (".", "%", "=", "B", "\\$", "cm", "circ", "\u00b0"))],
+)
+def test_equivalence_is_symmetric_where_the_semantics_are(answer, gold):
+    assert judge(boxed(answer), gold).status == judge(boxed(gold), answer).status
+
+
+@pytest.mark.parametrize(
+    ("completion", "status"),
+    [
+        (r"first \boxed{3} then \boxed{4}", Status.AMBIGUOUS),
+        (r"\boxed{3} and again \boxed{3}", CORRECT),
+        (r"\boxed{\frac{6}{2}} which is \boxed{3.0}", CORRECT),
+        (r"\boxed{3 \text{ or } 4}", Status.AMBIGUOUS),
+        ("The answer is either 3 or 4.", Status.AMBIGUOUS),
+        (r"\boxed{}", Status.NO_ANSWER),
+        (r"\boxed{ }", Status.NO_ANSWER),
+        ("I computed 3 in the end.", Status.NO_ANSWER),  # no marker: never the last number
+        ("<think>so it is \\boxed{3}", Status.NO_ANSWER),  # reasoning never closed
+        ("<think>maybe \\boxed{4}</think> The result: \\boxed{3}", CORRECT),
+        ("<think>it is 3</think><answer>3</answer>", CORRECT),
+        ("work\n#### 3", CORRECT),
+        ("Answer: 3", CORRECT),
+        ("**Final answer:** 3", CORRECT),
+        ("Thus the final answer is 3.", CORRECT),
+        ("the answer is 4... no wait, the answer is 3.", CORRECT),  # the last answer line counts
+        (r"\fbox{3}", CORRECT),
+        (r"\boxed{\boxed{3}}", CORRECT),
+    ],
+)
+def test_final_answer_extraction(completion, status):
+    assert judge(completion, "3").status == status
+
+
+def test_multiple_choice_refuses_several_letters():
+    assert judge(r"\boxed{A, B, C, D}", "B").status == Status.AMBIGUOUS
+    assert judge(r"\boxed{B \text{ or } C}", "B").status == Status.AMBIGUOUS
+    assert judge(r"\boxed{42}", "B").status == Status.FORMAT_ERROR
+
+
+def test_marker_priority_is_configurable():
+    text = "<answer>4</answer> but \\boxed{3}"
+    assert judge(text, "3").status == CORRECT
+    assert judge(text, "3", priority=("answer_tag", "boxed")).status == WRONG
+    assert find_answers(text, ("gsm8k",))[0] == []
+
+
+def test_answer_cap_and_huge_values_are_refused_before_work():
+    long = judge(r"\boxed{" + "1+" * 2000 + "1}", "4001")
+    assert long.status == Status.FORMAT_ERROR and "cap" in long.reason
+    assert judge(r"\boxed{" + "1+" * 2000 + "1}", "2001", max_answer_chars=10_000).status == CORRECT
+    for tower in [r"2^{2^{2^{2^{2^{2^{2}}}}}}", r"10^{10^{10^{10}}}", r"(9^{9^{9}})!", r"(10^{6})!"]:
+        score = judge(boxed(tower), "4")
+        assert score.status == Status.TIMEOUT and "refused" in score.reason
+    deep = judge(boxed("(" * 400 + "1" + ")" * 400), "1")
+    assert deep.status == Status.FORMAT_ERROR
+
+
+def test_a_gold_that_cannot_be_read_never_pays():
+    score = judge(boxed("3"), r"\frac{3}{")
+    assert score.status == Status.GOLD_ERROR and score.value == 0.0
+    assert judge(boxed("3"), r"\frac{1}{0}").status == Status.GOLD_ERROR
+
+
+def test_gold_may_be_a_full_solution_with_a_box():
+    assert judge(boxed("12"), r"Adding gives $5 + 7 = \boxed{12}$.").status == CORRECT
+
+
+def test_extracted_answer_and_reason_are_reported():
+    score = judge(boxed("41"), "42")
+    assert score.extracted == "41" and "41" in score.reason and "42" in score.reason
+
+
+# --- the guarded verifier: isolation, limits, threads, event loops
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return MathVerifier(workers=2, timeout_s=10)
+
+
+def test_verifier_scores_in_a_worker(verifier):
+    assert verifier.score(boxed(r"\frac{3}{4}"), "0.75").status == CORRECT
+    assert [s.status for s in verifier.score_many([(boxed("1"), "1"), (boxed("2"), "1"), ("", "1")])] == [
+        CORRECT,
+        WRONG,
+        Status.NO_ANSWER,
+    ]
+
+
+def test_verifier_works_from_threads_and_event_loops(verifier):
+    results = []
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(verifier.score(boxed(str(i)), str(i)))) for i in range(6)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [s.status for s in results] == [CORRECT] * 6
+
+    async def many():
+        return await asyncio.gather(*(verifier.ascore(boxed(str(i)), "3") for i in range(5)))
+
+    assert [s.status for s in asyncio.run(many())] == [WRONG, WRONG, WRONG, CORRECT, WRONG]
+
+
+def test_a_hung_call_is_killed_and_the_pool_recovers():
+    with GuardedPool("time:sleep", workers=1) as pool:
+        outcome = pool.call(30, timeout_s=0.5)
+        assert outcome.kind == "timeout"
+        assert pool.call(0, timeout_s=30).kind == "ok"  # a fresh worker replaced the killed one
+
+
+def test_a_memory_blowup_stays_in_the_worker():
+    with GuardedPool("builtins:bytearray", workers=1, memory_mb=256) as pool:
+        assert pool.call(2 * 1024**3, timeout_s=30).kind == "memory"
+        assert pool.call(10, timeout_s=30).value == bytearray(10)
+
+
+def test_a_crashing_worker_is_an_infrastructure_error():
+    with GuardedPool("os:_exit", workers=1) as pool:
+        assert pool.call(3, timeout_s=30).kind == "crash"
+
+
+def test_a_slow_proof_times_out_as_a_zero_and_the_verifier_recovers():
+    """Numerically equal, so the verifier must expand two degree-3000 polynomials: minutes of SymPy."""
+    slow = MathVerifier(workers=1, timeout_s=1)
+    score = slow.score(boxed("(x+1)^{1500}(x-1)^{1500}"), "(x^2-1)^{1500}")
+    assert score.status == Status.TIMEOUT and score.value == 0.0 and "killed" in score.reason
+    assert slow.score(boxed("7"), "7").status == CORRECT
+
+
+def test_bad_options_are_rejected():
+    with pytest.raises(ValueError, match="priority"):
+        MathVerifier(priority=("boxed", "last_number"))
+    with pytest.raises(ValueError, match="timeout_s"):
+        MathVerifier(timeout_s=0)
+
+
+# --- properties: never raises, always bounded, on arbitrary text and LaTeX
+
+LATEX_PIECES = st.sampled_from(
+    [
+        r"\frac",
+        r"\sqrt",
+        "{",
+        "}",
+        "(",
+        ")",
+        "[",
+        "]",
+        "^",
+        "_",
+        "!",
+        "x",
+        "2",
+        "10",
+        r"\pi",
+        "e",
+        ",",
+        "=",
+        r"\le",
+        r"\cup",
+        r"\infty",
+        r"\text{",
+        "-",
+        "+",
+        r"\cdot",
+        r"\boxed{",
+        "|",
+        r"\begin{pmatrix}",
+        "&",
+        r"\\",
+        r"\end{pmatrix}",
+        "0.5",
+        "%",
+        r"\circ",
+        " or ",
+        "</think>",
+        "<answer>",
+        "####",
+        "\n",
+        "Answer: ",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(LATEX_PIECES, max_size=40).map("".join), st.sampled_from(["3", r"\frac{1}{2}", "(1, 2)", "x = 2", "B"]))
+def test_judge_never_raises_on_latex_soup(completion, gold):
+    score = judge(completion, gold)
+    assert score.status in set(Status) and score.value in (0.0, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300), st.text(max_size=30))
+def test_judge_never_raises_on_arbitrary_text(completion, gold):
+    score = judge(completion, gold)
+    assert score.status in set(Status) and score.value in (0.0, 1.0)
