@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter, defaultdict
@@ -36,26 +37,30 @@ def math_verify_judge(completion: str, gold: str) -> bool:
     return bool(verify(parse(f"${gold}$"), parse(completion)))
 
 
-def run_math_verify(items: list[dict]) -> tuple[list[str], float]:
-    verdicts = []
+def run_math_verify(items: list[dict]) -> tuple[list[str], list[float]]:
+    verdicts, seconds = [], []
     with GuardedPool("benchmarks.math_verify_vs_ludus:math_verify_judge", workers=1, memory_mb=4096) as pool:
         pool.call("\\boxed{1}", "1", timeout_s=WATCHDOG_S)  # start-up and imports are not timed
-        start = time.perf_counter()
         for item in items:
+            start = time.perf_counter()
             outcome = pool.call(item["completion"], item["gold"], timeout_s=WATCHDOG_S)
+            seconds.append(time.perf_counter() - start)
             verdicts.append(("correct" if outcome.value else "wrong") if outcome.kind == "ok" else outcome.kind)
-        return verdicts, time.perf_counter() - start
+    return verdicts, seconds
 
 
-def run_ludus(items: list[dict]) -> tuple[list[str], float]:
+def run_ludus(items: list[dict]) -> tuple[list[str], list[float]]:
     verifier = MathVerifier(workers=1, timeout_s=5.0)
     verifier.score("\\boxed{1}", "1")
-    start = time.perf_counter()
-    verdicts = [verifier.score(item["completion"], item["gold"]).status for item in items]
-    return verdicts, time.perf_counter() - start
+    verdicts, seconds = [], []
+    for item in items:
+        start = time.perf_counter()
+        verdicts.append(verifier.score(item["completion"], item["gold"]).status)
+        seconds.append(time.perf_counter() - start)
+    return verdicts, seconds
 
 
-def summarise(name: str, items: list[dict], verdicts: list[str], seconds: float) -> dict:
+def summarise(name: str, items: list[dict], verdicts: list[str], times: list[float]) -> dict:
     positives = sum(item["equivalent"] for item in items)
     negatives = len(items) - positives
     fp = sum(v == Status.CORRECT and not i["equivalent"] for i, v in zip(items, verdicts, strict=True))
@@ -71,8 +76,10 @@ def summarise(name: str, items: list[dict], verdicts: list[str], seconds: float)
         "false_negatives": fn,
         "timeouts": timeouts,
         "crashes": crashes,
-        "items_per_s": len(items) / seconds,
-        "seconds": seconds,
+        "items_per_s": len(items) / sum(times),
+        "median_ms": statistics.median(times) * 1000,
+        "max_s": max(times),
+        "seconds": sum(times),
     }
 
 

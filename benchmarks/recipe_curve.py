@@ -33,9 +33,10 @@ def rl_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
     return [(elapsed / 60, acc) for _, elapsed, acc in result.eval_accuracy]
 
 
-def supervised_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
+def supervised_curve(seed: int, minutes: float, stop_at: float) -> list[tuple[float, float]]:
     """Continue the warm-start (its lr and batch, one optimizer) on fresh gold answers for the same
-    wall time, evaluating as often as the RL run does; evaluation time counts, as it does for RL."""
+    wall time, evaluating as often as the RL run does; evaluation time counts, as it does for RL.
+    Stops early once two evaluations in a row reach ``stop_at`` (nothing is left to learn)."""
     cfg = load_config(overrides={"seed": seed})
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     env = make(cfg.env, **cfg.env_args)
@@ -63,6 +64,8 @@ def supervised_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
             optimizer=optimizer,
         )
         curve.append(((time.perf_counter() - start) / 60, accuracy()))
+        if len(curve) > 2 and min(curve[-1][1], curve[-2][1]) >= stop_at:
+            break
     return curve
 
 
@@ -94,12 +97,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--plot", default="", help="write the curves to this PNG file")
+    parser.add_argument(
+        "--supervised-stop-at", type=float, default=0.99, help="end the supervised baseline once it holds this accuracy"
+    )
     args = parser.parse_args()
     report = {}
     met = True
     for seed in args.seeds:
         rl = rl_curve(seed, args.minutes)
-        sup = supervised_curve(seed, args.minutes)
+        sup = supervised_curve(seed, args.minutes, args.supervised_stop_at)
         report[seed] = {"rl": rl, "supervised": sup}
         print(f"seed {seed}: RL         " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in rl), flush=True)
         print(f"seed {seed}: supervised " + " ".join(f"{m:.1f}m:{a:.2f}" for m, a in sup), flush=True)

@@ -81,6 +81,16 @@ def test_k3_kl_penalty_by_hand():
     assert loss.item() == pytest.approx(0.1 * kl, rel=1e-5)
 
 
+def test_entropy_bonus_by_hand():
+    logp = torch.log(torch.tensor([[0.5, 0.25]]))
+    entropy = torch.tensor([[0.7, 0.3]])
+    mask = torch.tensor([[True, True]])
+    loss, _ = policy_loss(logp, logp.clone(), torch.tensor([1.0]), mask, entropy=entropy, entropy_coef=0.1)
+    assert loss.item() == pytest.approx(-1.0 - 0.1 * 0.5, rel=1e-5)  # pg = -ρ·A = -1 per token; mean H = 0.5
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(logp, logp.clone(), torch.tensor([1.0]), mask, entropy_coef=0.1)
+
+
 def test_kl_needs_reference_logprobs():
     new, old, adv, mask = _tokens()
     with pytest.raises(ValueError, match="ref_logp"):

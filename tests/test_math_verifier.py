@@ -115,6 +115,11 @@ RULES = [
     (r"x \ge 3", "x > 3", WRONG),
     (r"x \geq 3", r"3 \le x", CORRECT),
     ("x < 3", "x > 3", WRONG),
+    # ratios
+    ("6:8", "3:4", CORRECT),
+    (r"3 \colon 4", "3:4", CORRECT),
+    ("4:3", "3:4", WRONG),
+    (r"\frac{3}{4}", "3:4", WRONG),
 ]
 
 
@@ -327,3 +332,26 @@ def test_judge_never_raises_on_latex_soup(completion, gold):
 def test_judge_never_raises_on_arbitrary_text(completion, gold):
     score = judge(completion, gold)
     assert score.status in set(Status) and score.value in (0.0, 1.0)
+
+
+# symmetric semantics on generated exact values: equal values always match, both ways
+NUMBER = st.one_of(
+    st.integers(-50, 50).map(str),
+    st.tuples(st.integers(-20, 20), st.integers(1, 12)).map(lambda t: rf"\frac{{{t[0]}}}{{{t[1]}}}"),
+    st.integers(1, 30).map(lambda n: rf"\sqrt{{{n}}}"),
+    st.sampled_from([r"\pi", "e", r"2\pi", r"\frac{\pi}{3}"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(NUMBER, NUMBER)
+def test_exact_equivalence_is_symmetric_and_reflexive(a, b):
+    assert judge(boxed(a), a).status == CORRECT
+    assert judge(boxed(a), b).status == judge(boxed(b), a).status
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(LATEX_PIECES, max_size=30).map("".join))
+def test_the_guarded_verifier_always_returns_a_score(completion):
+    score = MathVerifier(workers=1, timeout_s=5).score(completion, "3")
+    assert score.status in set(Status) - {Status.INFRA_ERROR}

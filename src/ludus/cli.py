@@ -142,6 +142,63 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ludus.verifiers.batch import score_jsonl
+    from ludus.verifiers.guard import cpu_count
+    from ludus.verifiers.math import MathVerifier
+
+    source = Path(args.input)
+    if not source.is_file():
+        raise FileNotFoundError(f"input file not found: {source}")
+    if args.output and Path(args.output).resolve() == source.resolve():
+        raise ValueError("-o must name a different file than the input")
+    verifier = MathVerifier(
+        workers=args.workers or cpu_count(), timeout_s=args.timeout, max_answer_chars=args.max_answer_chars
+    )
+    verifier.score_many([("\\boxed{1}", "1")] * verifier.workers)  # start the workers before the clock
+    with source.open(encoding="utf-8", errors="replace") as f:
+        total = sum(1 for line in f if line.strip())
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        with (
+            source.open(encoding="utf-8", errors="replace") as lines,
+            Progress(
+                TextColumn("[bold blue]verify math"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress,
+        ):
+            bar = progress.add_task("", total=total)
+            report = score_jsonl(
+                lines,
+                out.write,
+                verifier.score_many,
+                completion_field=args.completion_field,
+                gold_field=args.gold_field,
+                on_line=lambda n: progress.advance(bar, n),
+            )
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    for number, why in report.skipped:
+        console.print(f"[yellow]skipped line {number}:[/] {why}")
+    table = Table(
+        "status", "lines", "share", title=f"{source.name}: {report.scored} scored, {len(report.skipped)} skipped"
+    )
+    for status, count in report.statuses.most_common():
+        table.add_row(status, str(count), f"{count / max(1, report.scored):.1%}")
+    console.print(table)
+    console.print(
+        f"mean reward {report.mean_reward:.4f}; {report.scored / max(report.seconds, 1e-9):.0f} lines/s "
+        f"on {verifier.workers} worker(s)" + (f"; written to {args.output}" if args.output else "")
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ludus", description="Reinforcement learning with verifiable rewards.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="re-create even if it is cached")
     _add_config_flags(p)
     p.set_defaults(func=cmd_warmstart)
+
+    p = sub.add_parser("verify", help="score a JSONL file of completions against gold answers")
+    p.add_argument("domain", choices=["math"], help="which verifier")
+    p.add_argument("input", metavar="INPUT.jsonl", help="one JSON object per line with a completion and a gold answer")
+    p.add_argument("-o", "--output", metavar="OUTPUT.jsonl", help="write scored lines here (default: stdout)")
+    p.add_argument("--completion-field", default="completion", help="field holding the model's reply")
+    p.add_argument("--gold-field", default="gold", help="field holding the gold answer")
+    p.add_argument("--workers", type=int, default=0, help="verifier processes (default: all cores)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds allowed per line before it scores 0 (timeout)")
+    p.add_argument("--max-answer-chars", type=int, default=1000, help="longer final answers are refused unparsed")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("envs", help="list the available environments")
     p.set_defaults(func=cmd_envs)

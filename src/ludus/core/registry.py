@@ -27,6 +27,7 @@ _BUILTINS: dict[str, str] = {
     "countdown": "ludus.envs.procedural:CountdownEnv",
     "sorting": "ludus.envs.procedural:SortingEnv",
     "linear-equation": "ludus.envs.procedural:LinearEquationEnv",
+    "math": "ludus.envs.math:MathEnv",
 }
 
 _registered: dict[str, type[Env]] = {}

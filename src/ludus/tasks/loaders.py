@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ludus.core.types import Task
+from ludus.verifiers.answers import boxed_contents
 
 Preset = Literal["gsm8k", "math"]
 
@@ -36,18 +37,12 @@ def gsm8k_gold(solution: str) -> str:
 
 def last_boxed(solution: str) -> str:
     """The content of the last ``\\boxed{...}`` in a MATH solution (braces may nest)."""
-    start = solution.rfind("\\boxed{")
-    if start < 0:
-        raise ValueError("has no \\boxed{...} answer")
-    depth, begin = 0, start + len("\\boxed")
-    for i in range(begin, len(solution)):
-        depth += {"{": 1, "}": -1}.get(solution[i], 0)
-        if depth == 0:
-            content = solution[begin + 1 : i].strip()
-            if not content:
-                raise ValueError("has an empty \\boxed{}")
-            return content
-    raise ValueError("has a \\boxed{ whose braces are never closed")
+    found = boxed_contents(solution)
+    if not found:
+        raise ValueError("has no complete \\boxed{...} answer")
+    if not found[-1]:
+        raise ValueError("has an empty \\boxed{}")
+    return found[-1]
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,8 @@ class TrainConfig:
     max_tokens: int = 6
     temperature: float = 0.7
     top_p: float = 1.0
-    lr: float = 4e-4
-    lr_schedule: Literal["constant", "cosine", "linear"] = "cosine"
+    lr: float = 6e-4
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: int = 0
     weight_decay: float = 0.0
     ppo_epochs: int = 1
@@ -59,6 +59,7 @@ class TrainConfig:
     eps_low: float = 0.2
     eps_high: float = 0.28
     beta: float = 0.0
+    entropy_coef: float = 0.05  # exploration bonus: loss -= entropy_coef * token entropy
     scale_rewards: Literal["group", "batch", "none"] = "group"
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     max_grad_norm: float = 1.0
@@ -92,6 +93,7 @@ class TrainConfig:
             "samples_per_step",
             "threads",
             "beta",
+            "entropy_coef",
             "weight_decay",
             "time_limit_min",
             "temperature",

@@ -12,7 +12,8 @@ Per-token loss, with ratio ``ρ = exp(logp - logp_old)``::
 
     pg   = -min(ρ·A, clip(ρ, 1 - ε_low, 1 + ε_high)·A)      # PPO clip; ε_high > ε_low is DAPO's clip-higher
     kl   = exp(ref - logp) - (ref - logp) - 1               # k3 estimator (Schulman, 2020), ≥ 0, unbiased
-    loss = pg + β·kl
+    loss = pg + β·kl - c·H                                  # H: entropy of the token distribution
+                                                            # (an exploration bonus, as in PPO; c = entropy_coef)
 
 Aggregation over tokens (``loss_agg``):
 
@@ -81,8 +82,14 @@ def policy_loss(
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
     loss_agg: LossAgg = "token-mean",
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, LossStats]:
-    """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``."""
+    """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``.
+
+    ``entropy`` (``[B, T]``, differentiable) with ``entropy_coef > 0`` adds the bonus ``-c·H``:
+    without it a policy that is confidently wrong on some prompts samples the same answer G
+    times, the group has zero variance, and those prompts never teach it anything again."""
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
     mask = mask.to(logp.dtype)
@@ -99,6 +106,10 @@ def policy_loss(
         delta = ref_logp - logp
         kl_per_token = torch.exp(delta) - delta - 1
         per_token = per_token + beta * kl_per_token
+    if entropy_coef > 0:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the per-token entropy")
+        per_token = per_token - entropy_coef * entropy
 
     def aggregate(x: torch.Tensor) -> torch.Tensor:
         if loss_agg == "token-mean":

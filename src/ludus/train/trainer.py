@@ -412,6 +412,8 @@ class Trainer:
                     ref_logp=ref,
                     beta=c.beta,
                     loss_agg=c.loss_agg,
+                    entropy=entropy,
+                    entropy_coef=c.entropy_coef,
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
