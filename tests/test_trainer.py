@@ -225,6 +225,10 @@ def test_lr_schedule_warms_up_then_anneals_over_steps():
     linear = _config(Path("."), steps=100, lr_schedule="linear")
     assert lr_factor(linear, 25) == pytest.approx(0.75)
     assert lr_factor(_config(Path("."), steps=100, lr_schedule="constant"), 99) == 1.0
+    wsd = _config(Path("."), steps=100, lr_schedule="wsd", lr_decay_frac=0.2)
+    assert [lr_factor(wsd, s) for s in (0, 80)] == pytest.approx([1.0, 1.0])
+    assert lr_factor(wsd, 90) == pytest.approx(0.5)
+    assert lr_factor(wsd, 100) == pytest.approx(0.0)
 
 
 def test_lr_schedule_follows_the_time_limit_when_it_ends_the_run_first():

@@ -51,7 +51,8 @@ class TrainConfig:
     temperature: float = 0.7
     top_p: float = 1.0
     lr: float = 6e-4
-    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    lr_schedule: Literal["constant", "cosine", "linear", "wsd"] = "wsd"
+    lr_decay_frac: float = 0.2  # wsd: hold the lr, then decay it linearly to 0 over this last fraction of the run
     warmup_steps: int = 0
     weight_decay: float = 0.0
     ppo_epochs: int = 1
@@ -103,6 +104,8 @@ class TrainConfig:
         for name in ["lr", "warmstart_lr", "max_grad_norm"]:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.lr_decay_frac <= 1:
+            raise ConfigError(f"config field 'lr_decay_frac' must be in (0, 1], got {self.lr_decay_frac}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"config field 'top_p' must be in (0, 1], got {self.top_p}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):

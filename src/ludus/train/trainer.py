@@ -93,7 +93,9 @@ class _StopFlag:
 
 
 def lr_factor(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
-    """Learning-rate multiplier at RL step ``step`` (0-based): linear warm-up, then the schedule.
+    """Learning-rate multiplier at RL step ``step`` (0-based): linear warm-up, then the schedule
+    (``constant``, ``cosine`` or ``linear`` decay to 0, or ``wsd``: constant, then linear decay to 0
+    over the last ``lr_decay_frac`` of the run).
 
     The schedule's progress is the larger of steps done / ``steps`` and, with a time limit,
     elapsed / ``time_limit_min``: it anneals toward whichever budget ends the run, so a
@@ -108,6 +110,8 @@ def lr_factor(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
     progress = min(1.0, progress)
     if config.lr_schedule == "linear":
         return 1.0 - progress
+    if config.lr_schedule == "wsd":  # warmup-stable-decay (MiniCPM, 2024): fast while learning, stable at the end
+        return min(1.0, (1.0 - progress) / config.lr_decay_frac)
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
