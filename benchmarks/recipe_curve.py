@@ -30,6 +30,8 @@ def rl_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
         overrides={"seed": seed, "time_limit_min": minutes, "runs_dir": tempfile.mkdtemp(), "name": f"bench-rl-{seed}"}
     )
     result = Trainer.create(cfg, log=lambda _: None).run()
+    if result.interrupted:  # Ctrl-C / SIGTERM ends the RL run gracefully; end the benchmark too
+        raise SystemExit(130)
     return [(elapsed / 60, acc) for _, elapsed, acc in result.eval_accuracy]
 
 

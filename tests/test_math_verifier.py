@@ -166,6 +166,14 @@ def test_final_answer_extraction(completion, status):
     assert judge(completion, "3").status == status
 
 
+def test_decimal_golds_can_be_read_as_exact():
+    assert judge(boxed("12.54"), "12.5").status == CORRECT  # the documented price of the default
+    assert judge(boxed("12.54"), "12.5", decimal_gold="exact").status == WRONG
+    assert judge(boxed(r"\frac{25}{2}"), "12.5", decimal_gold="exact").status == CORRECT
+    with pytest.raises(ValueError, match="decimal_gold"):
+        MathVerifier(decimal_gold="loose")
+
+
 def test_multiple_choice_refuses_several_letters():
     assert judge(r"\boxed{A, B, C, D}", "B").status == Status.AMBIGUOUS
     assert judge(r"\boxed{B \text{ or } C}", "B").status == Status.AMBIGUOUS

@@ -155,7 +155,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.output and Path(args.output).resolve() == source.resolve():
         raise ValueError("-o must name a different file than the input")
     verifier = MathVerifier(
-        workers=args.workers or cpu_count(), timeout_s=args.timeout, max_answer_chars=args.max_answer_chars
+        workers=args.workers or cpu_count(),
+        timeout_s=args.timeout,
+        max_answer_chars=args.max_answer_chars,
+        decimal_gold=args.decimal_gold,
     )
     verifier.score_many([("\\boxed{1}", "1")] * verifier.workers)  # start the workers before the clock
     with source.open(encoding="utf-8", errors="replace") as f:
@@ -224,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0, help="verifier processes (default: all cores)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds allowed per line before it scores 0 (timeout)")
     p.add_argument("--max-answer-chars", type=int, default=1000, help="longer final answers are refused unparsed")
+    p.add_argument(
+        "--decimal-gold",
+        choices=["rounded", "exact"],
+        default="rounded",
+        help="a decimal gold such as 6.28 accepts answers that round to it (default) or only equal values",
+    )
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("envs", help="list the available environments")

@@ -22,7 +22,7 @@ from ludus.tasks.linear import LinearEquation
 from ludus.tasks.loaders import Preset, load_tasks
 from ludus.tasks.procedural import ProceduralTasks, TaskFamily
 from ludus.verifiers.answers import MARKERS, Marker, find_answers
-from ludus.verifiers.math import MathVerifier
+from ludus.verifiers.math import DecimalGold, MathVerifier
 
 Family = Literal["arithmetic", "linear-equation"]
 
@@ -56,6 +56,7 @@ class MathEnv(SingleTurnEnv):
         priority: tuple[Marker, ...] = MARKERS,
         timeout_s: float = 5.0,
         max_answer_chars: int = 1_000,
+        decimal_gold: DecimalGold = "rounded",
     ):
         if not 0.0 <= format_weight < 1.0:
             raise ValueError(
@@ -71,7 +72,9 @@ class MathEnv(SingleTurnEnv):
         }
         self.family = _family(family, difficulty)
         self.seed, self.format_weight = seed, format_weight
-        self.verifier = MathVerifier(priority=tuple(priority), timeout_s=timeout_s, max_answer_chars=max_answer_chars)
+        self.verifier = MathVerifier(
+            priority=tuple(priority), timeout_s=timeout_s, max_answer_chars=max_answer_chars, decimal_gold=decimal_gold
+        )
 
     def default_tasks(self, split: Split = "train") -> TaskSource:
         """The file's rows (``eval_path`` for the eval split, else the same file) or procedural problems."""

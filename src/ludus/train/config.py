@@ -43,7 +43,7 @@ class TrainConfig:
     warmstart_batch: int = 64
     warmstart_lr: float = 2e-3
     # RL
-    steps: int = 3000
+    steps: int = 10_000  # a cap; with the default time limit, the 10 minutes end the run first
     time_limit_min: float = 10.0  # stop RL after this many minutes (0 = no limit)
     prompts_per_step: int = 32
     group_size: int = 8

@@ -16,7 +16,9 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
   and ``\\frac{1}{2004!}`` ≠ ``\\frac{1}{2006!}``.
 * **Tolerance only for a decimal gold**: a gold written ``6.28`` is correct to its last digit,
   so an answer is accepted iff it rounds to it: ``|answer − gold| ≤ 0.5·10^-k`` for ``k``
-  decimals (``2\\pi`` and ``6.283`` pass, ``6.3`` does not).
+  decimals (``2\\pi`` and ``6.283`` pass, ``6.3`` does not). The price: a gold ``12.5`` that
+  is exact also accepts ``12.54``; ``decimal_gold="exact"`` turns the tolerance off for data
+  whose decimal golds are exact (money amounts, for instance).
 * **Units** (:data:`~ludus.verifiers.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and trailing unit
   words are dropped from both sides, so ``25\\%`` = ``25`` and ``25\\%`` ≠ ``0.25``.
 * **Structure is kept**: ordered tuples stay ordered; ``\\{…\\}`` and bare lists of all
@@ -36,6 +38,7 @@ import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import sympy
 
@@ -64,6 +67,8 @@ from ludus.verifiers.latex import (
 
 # ---------------------------------------------------------------------------------------------
 # Equivalence of parsed answers
+
+DecimalGold = Literal["rounded", "exact"]  # how a gold written as a decimal (6.28, 12.5) is read
 
 _PROBE_POINTS = (sympy.Rational(7213, 10000), sympy.Rational(-13819, 10000), sympy.Rational(29, 7))
 
@@ -236,12 +241,20 @@ def parse_gold(gold: str) -> tuple[Answer, bool]:
     return parse_answer(text, as_choice=as_choice), as_choice
 
 
-def judge(completion: str, gold: str, priority: Sequence[Marker] = MARKERS, max_answer_chars: int = 1_000) -> Score:
+def judge(
+    completion: str,
+    gold: str,
+    priority: Sequence[Marker] = MARKERS,
+    max_answer_chars: int = 1_000,
+    decimal_gold: DecimalGold = "rounded",
+) -> Score:
     """Score one reply against one gold answer, in-process and without a time limit.
 
     Use :class:`MathVerifier` instead: it runs this under a hard limit."""
     try:
         gold_answer, as_choice = parse_gold(gold)
+        if decimal_gold == "exact" and isinstance(gold_answer, Expr):
+            gold_answer = replace(gold_answer, decimals=None)
     except ParseError as exc:
         return Score.zero(Status.GOLD_ERROR, f"the gold answer {gold[:80]!r} cannot be read: {exc}")
     answers, where = find_answers(completion, priority)
@@ -302,6 +315,7 @@ class MathVerifier:
 
     priority: tuple[Marker, ...] = MARKERS
     max_answer_chars: int = 1_000
+    decimal_gold: DecimalGold = "rounded"
     timeout_s: float = 5.0
     memory_mb: int = 1024
     workers: int = field(default_factory=cpu_count)
@@ -310,12 +324,14 @@ class MathVerifier:
         unknown = [m for m in self.priority if m not in MARKERS]
         if unknown or not self.priority:
             raise ValueError(f"priority must list answer markers from {MARKERS}, got {self.priority}")
+        if self.decimal_gold not in ("rounded", "exact"):
+            raise ValueError(f"decimal_gold must be 'rounded' or 'exact', got {self.decimal_gold!r}")
         if self.timeout_s <= 0 or self.max_answer_chars < 1 or self.workers < 1:
             raise ValueError("timeout_s must be > 0, max_answer_chars and workers at least 1")
 
     def score(self, completion: str, gold: str) -> Score:
         outcome = _pool(self.workers, self.memory_mb).call(
-            completion, gold, self.priority, self.max_answer_chars, timeout_s=self.timeout_s
+            completion, gold, self.priority, self.max_answer_chars, self.decimal_gold, timeout_s=self.timeout_s
         )
         if outcome.kind == "ok":
             return outcome.value
