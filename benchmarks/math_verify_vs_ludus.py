@@ -112,20 +112,23 @@ def main() -> None:
     items = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
     print(f"{len(items)} labeled items ({sum(i['equivalent'] for i in items)} equivalent)", flush=True)
 
-    ludus, ludus_s = run_ludus(items)
-    mv, mv_s = run_math_verify(items)
-    rows = [summarise("ludus", items, ludus, ludus_s), summarise("math-verify", items, mv, mv_s)]
+    ludus, ludus_times = run_ludus(items)
+    mv, mv_times = run_math_verify(items)
+    rows = [summarise("ludus", items, ludus, ludus_times), summarise("math-verify", items, mv, mv_times)]
     print(
-        f"\n{'verifier':12} {'accuracy':>9} {'FP rate':>8} {'FN rate':>8} {'FP':>4} {'FN':>4} {'timeouts':>9} {'crashes':>8} {'items/s':>8}"
+        f"\n{'verifier':12} {'accuracy':>9} {'FP rate':>8} {'FN rate':>8} {'FP':>4} {'FN':>4} {'timeouts':>9} "
+        f"{'crashes':>8} {'items/s':>8} {'median ms':>10} {'slowest s':>10}"
     )
     for r in rows:
         print(
             f"{r['verifier']:12} {r['accuracy']:9.3f} {r['false_positive_rate']:8.3f} {r['false_negative_rate']:8.3f} "
-            f"{r['false_positives']:4d} {r['false_negatives']:4d} {r['timeouts']:9d} {r['crashes']:8d} {r['items_per_s']:8.1f}"
+            f"{r['false_positives']:4d} {r['false_negatives']:4d} {r['timeouts']:9d} {r['crashes']:8d} "
+            f"{r['items_per_s']:8.1f} {r['median_ms']:10.2f} {r['max_s']:10.2f}"
         )
     lu, mvr = rows
     print(
         f"\nratios (ludus / math-verify): throughput {lu['items_per_s'] / mvr['items_per_s']:.2f}x, "
+        f"median latency {mvr['median_ms'] / lu['median_ms']:.2f}x lower, "
         f"false positives {lu['false_positives']}/{mvr['false_positives']}, "
         f"false negatives {lu['false_negatives']}/{mvr['false_negatives']}"
     )

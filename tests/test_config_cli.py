@@ -3,7 +3,7 @@
 import pytest
 
 from ludus.cli import main
-from ludus.train.config import ConfigError, load_config
+from ludus.train.config import ConfigError, TrainConfig, load_config
 
 
 def test_flags_override_yaml_and_numbers_parse(tmp_path):
@@ -52,3 +52,9 @@ def test_cli_envs_and_check(capsys):
     assert main(["check", "arithmetic"]) == 0
     out = capsys.readouterr().out
     assert "meets the environment contract" in out
+
+
+def test_default_env_args_do_not_follow_another_env():
+    assert load_config(overrides={"env": "math"}).env_args == {}
+    assert load_config(overrides={"env": "math", "env_args": "{difficulty: 1}"}).env_args == {"difficulty": 1}
+    assert load_config().env_args == TrainConfig().env_args

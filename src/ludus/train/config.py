@@ -186,6 +186,7 @@ def _apply(config: TrainConfig, values: dict[str, Any], where: str) -> None:
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the YAML file at ``path``, then ``overrides`` (flag values, YAML-parsed strings)."""
     config = TrainConfig()
+    given: set[str] = set()
     if path is not None:
         path = Path(path)
         try:
@@ -199,8 +200,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of field: value, got {type(data).__name__}")
         _apply(config, data, f" (from {path})")
+        given |= set(data)
     if overrides:
         parsed = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in overrides.items()}
         _apply(config, parsed, " (from the command line)")
+        given |= set(parsed)
+    if "env" in given and "env_args" not in given and config.env != TrainConfig.env:
+        config.env_args = {}  # the default env_args belong to the default environment
     config.validate()
     return config
