@@ -257,6 +257,7 @@ def judge(
             gold_answer = replace(gold_answer, decimals=None)
     except ParseError as exc:
         return Score.zero(Status.GOLD_ERROR, f"the gold answer {gold[:80]!r} cannot be read: {exc}")
+    gold_text = _gold_text(gold)
     answers, where = find_answers(completion, priority)
     if not answers:
         return Score.zero(Status.NO_ANSWER, where)
@@ -269,7 +270,7 @@ def judge(
     final = answers[-1]
     if not normalise(final):
         return Score.zero(Status.NO_ANSWER, f"empty answer in {where}", extracted=final)
-    if not is_hedged(_gold_text(gold)) and any(is_hedged(t) for t in answers):
+    if not is_hedged(gold_text) and any(is_hedged(t) for t in answers):
         return Score.zero(Status.AMBIGUOUS, f"the answer offers alternatives: {final[:80]!r}", extracted=final)
 
     if isinstance(gold_answer, Text):
@@ -287,9 +288,9 @@ def judge(
     last = replace(parsed[-1], decimals=None) if isinstance(parsed[-1], Expr) else parsed[-1]
     if any(not equivalent(p, last) for p in parsed[:-1]):  # exact: "1/3, about 0.333" is two answers
         return Score.zero(Status.AMBIGUOUS, f"{len(answers)} different final answers in {where}", extracted=final)
-    if normalise(final) == normalise(_gold_text(gold)) or equivalent(parsed[-1], gold_answer):
+    if normalise(final) == normalise(gold_text) or equivalent(parsed[-1], gold_answer):
         return Score(1.0, Status.CORRECT, f"{final[:60]!r} is equivalent to the gold answer", extracted=final)
-    return Score.zero(Status.WRONG, f"{final[:60]!r} is not equivalent to {_gold_text(gold)[:60]!r}", extracted=final)
+    return Score.zero(Status.WRONG, f"{final[:60]!r} is not equivalent to {gold_text[:60]!r}", extracted=final)
 
 
 # ---------------------------------------------------------------------------------------------
