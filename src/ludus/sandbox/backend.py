@@ -1,0 +1,236 @@
+"""How a sandbox worker process is started: under bubblewrap (the default) or, only when
+bubblewrap is missing or broken, as a plain process with a loud warning.
+
+The bubblewrap command gives the worker: no network (a fresh network namespace with only a
+loopback device), its own PID, IPC and UTS namespaces, no capabilities (in the host's namespaces), a new session (no
+terminal injection), death with its parent, a read-only view of only what Python needs
+(``/usr``, the interpreter's prefix and site-packages, a few ``/etc`` files), a private
+``/tmp``, a minimal read-only ``/dev``, and an empty environment. The ludus package is hidden from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Backend = Literal["bwrap", "process"]
+
+ETC_FILES = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "ssl", "mime.types"]
+TOP_LEVEL = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"]
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation cannot be provided on this machine."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Which backend is active and why (``ludus doctor`` prints this)."""
+
+    backend: Backend
+    reason: str
+    bwrap: str | None = None
+    version: str | None = None
+
+
+class UnisolatedWarning(RuntimeWarning):
+    """Model-written code will run without bubblewrap isolation."""
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def detect() -> Isolation:
+    """Probe bubblewrap once per process: is it installed, and does it start a sandbox here?"""
+    path = bwrap_path()
+    if path is None:
+        return Isolation(
+            "process",
+            "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap; "
+            "Fedora: dnf install bubblewrap); model-written code would run UNISOLATED",
+        )
+    version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip() or None
+    probe = subprocess.run(
+        [*bwrap_args(python_paths()), "--", sys.executable, "-I", "-S", "-c", "print('ok')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "ok":
+        detail = (probe.stderr or probe.stdout).strip().splitlines()
+        return Isolation(
+            "process",
+            f"bubblewrap is installed but cannot start a sandbox here ({detail[-1] if detail else probe.returncode}); "
+            "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)",
+            path,
+            version,
+        )
+    return Isolation("bwrap", "bubblewrap starts sandboxes here", path, version)
+
+
+def choose(backend: Backend | Literal["auto"]) -> Isolation:
+    """The isolation for a requested backend; ``auto`` falls back to ``process`` with a warning."""
+    found = detect()
+    if backend == "process" or (backend == "auto" and found.backend == "process"):
+        why = found.reason if found.backend == "process" else "the process backend was requested"
+        warnings.warn(f"ludus sandbox: running model code WITHOUT isolation: {why}", UnisolatedWarning, stacklevel=3)
+        return Isolation("process", why, found.bwrap, found.version)
+    if backend == "bwrap" and found.backend != "bwrap":
+        raise SandboxUnavailable(found.reason)
+    return found
+
+
+def python_paths() -> list[str]:
+    """Folders the sandboxed interpreter must see: its prefixes, stdlib and site-packages."""
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        str(Path(sys.executable).resolve().parent.parent),
+        sysconfig.get_paths()["stdlib"],
+        *site.getsitepackages(),
+    }
+    real = sorted({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)})
+    # keep only the outermost folders
+    return [p for p in real if not any(p != q and p.startswith(q + os.sep) for q in real)]
+
+
+def site_packages() -> list[str]:
+    return [p for p in site.getsitepackages() if os.path.isdir(p)]
+
+
+def hidden_paths() -> list[str]:
+    """The installed ludus package, if it lies inside a bound folder: the sandbox sees an empty folder."""
+    spec = importlib.util.find_spec("ludus")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [os.path.realpath(p) for p in spec.submodule_search_locations]
+
+
+def bwrap_args(binds: list[str]) -> list[str]:
+    args = [
+        bwrap_path() or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--new-session",  # with --unshare-user the worker holds no capabilities; --cap-drop ALL would
+        # also empty the bounding set, which forbids the per-execution user namespaces (uid_map writes)
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+    ]
+    for name, value in ENV.items():
+        args += ["--setenv", name, value]
+    for top in TOP_LEVEL:
+        path = Path("/") / top
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for name in ETC_FILES:
+        path = Path("/etc") / name
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    for path in binds:
+        if not any(path == t or path.startswith(f"/{t}/") for t in TOP_LEVEL):
+            args += ["--ro-bind", path, path]
+    for path in hidden_paths():
+        if any(path.startswith(b + os.sep) for b in binds) or path.startswith("/usr/"):
+            args += ["--tmpfs", path, "--remount-ro", path]
+    # the folders bwrap made to hold the binds (/, /etc, /dev) must not become shared scratch space
+    return [*args, "--remount-ro", "/dev", "--remount-ro", "/"]
+
+
+def worker_command(isolation: Isolation, boot_code: str, ctrl_fd: int, cgroup: Path | None) -> list[str]:
+    python = [sys.executable, "-I", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
+    command = [*bwrap_args(python_paths()), "--", *python] if isolation.backend == "bwrap" else python
+    if cgroup is not None:  # join the cgroup before anything of the worker runs
+        command = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *command]
+    return command
+
+
+# ---- the process limit for root ----
+# RLIMIT_NPROC does not apply to processes of the real root user, even inside user namespaces,
+# and a sandbox started by root runs as (mapped) root. So when ludus runs as root, each worker
+# joins its own ``pids`` cgroup whose pids.max caps all of its processes: a fork bomb stops there.
+
+_cgroup_counter = 0
+
+
+def pids_cgroup(max_pids: int) -> Path | None:
+    """A fresh pids cgroup limited to ``max_pids``, or None when not root or no writable controller."""
+    global _cgroup_counter
+    if os.geteuid() != 0:
+        return None  # RLIMIT_NPROC does the job
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.controllers"):
+            continue
+        _cgroup_counter += 1
+        group = root / f"ludus-{os.getpid()}-{_cgroup_counter}"
+        try:
+            if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.subtree_control"):
+                (root / "cgroup.subtree_control").write_text("+pids")
+            group.mkdir()
+            (group / "pids.max").write_text(str(max_pids))
+            return group
+        except OSError:
+            remove_cgroup(group)
+    return None
+
+
+def remove_cgroup(group: Path | None) -> None:
+    if group is None:
+        return
+    for _ in range(50):  # the kernel frees the cgroup a moment after its last process is reaped
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def process_limit_note() -> str:
+    """How the per-execution process limit is enforced here, for ``ludus doctor``."""
+    if os.geteuid() != 0:
+        return "RLIMIT_NPROC in each execution's user namespace"
+    group = pids_cgroup(16)
+    remove_cgroup(group)
+    if group is not None:
+        return f"a pids cgroup per worker under {group.parent} (running as root, where RLIMIT_NPROC does not apply)"
+    return "NOT ENFORCED: running as root (RLIMIT_NPROC does not apply) and no writable pids cgroup"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def worker_env(isolation: Isolation) -> dict[str, str] | None:
+    return None if isolation.backend == "bwrap" else dict(ENV)

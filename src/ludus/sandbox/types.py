@@ -1,0 +1,73 @@
+"""What an execution may use (``Limits``) and what came of it (``Execution``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+ExecStatus = Literal["ok", "timeout", "memory", "killed", "infra_error"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one execution. The defaults suit a unit-test-sized program.
+
+    ``memory_mb`` caps the address space (so threads, which reserve stack, need headroom);
+    ``processes`` caps processes and threads; ``disk_mb`` is the size of the private /tmp;
+    ``output_bytes`` applies to stdout and stderr each — past it the execution is killed.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 1024
+    processes: int = 64
+    file_size_mb: int = 64
+    open_files: int = 256
+    output_bytes: int = 1 << 20
+    disk_mb: int = 256
+    recursion: int = 100_000  # Python's recursion limit in the execution
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The outcome of one execution.
+
+    ``status`` is ``ok`` when the program ran to its end (whatever its ``exit_code``),
+    ``timeout`` (wall or CPU limit), ``memory``, ``killed`` (a signal, the output limit, or
+    the host stopping it), or ``infra_error`` — the sandbox itself failed, which says nothing
+    about the program. ``reason`` says which limit or failure, in words.
+    """
+
+    status: ExecStatus
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    max_rss_mb: float = 0.0
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Ran to completion and exited 0."""
+        return self.status == "ok" and self.exit_code == 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Execution:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,259 @@
+"""The sandbox, on real bubblewrap: isolation, limits, statuses, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ludus.sandbox import Limits, Sandbox, UnisolatedWarning, detect
+from ludus.sandbox import backend as sandbox_backend
+
+
+def _processes_named(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def box():
+    assert detect().backend == "bwrap", f"these tests need bubblewrap: {detect().reason}"
+    with Sandbox(Limits(wall_s=10, processes=32), workers=2, backend_name="bwrap") as sandbox:
+        yield sandbox
+
+
+def test_runs_python_with_stdin_and_files(box):
+    result = box.run(
+        "import sys; data = open('data.txt').read(); print(input()[::-1], data, file=sys.stdout)",
+        stdin="abc\n",
+        files={"data.txt": "xyz"},
+    )
+    assert result.ok, result
+    assert result.stdout == "cba xyz\n"
+
+
+def test_runs_executables_and_reports_exit_codes(box):
+    result = box.run(argv=["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (result.status, result.exit_code, result.stdout, result.stderr) == ("ok", 3, "out\n", "err\n")
+    assert not result.ok
+    missing = box.run(argv=["no-such-program"])
+    assert missing.exit_code == 127 and "cannot execute" in missing.stderr
+
+
+def test_reaches_per_execution_namespaces(box):
+    assert box.level == "namespaces"
+
+
+def test_no_network(box):
+    result = box.run(
+        "import socket\ntry:\n    socket.create_connection(('10.0.0.1', 80), timeout=2)\nexcept OSError as e:\n    print(type(e).__name__, e.errno)"
+    )
+    assert "101" in result.stdout or "Network is unreachable" in result.stdout, result
+
+
+def test_system_is_read_only_and_host_files_are_absent(box):
+    source = Path(__file__).resolve().parents[1] / "src"
+    code = f"""
+import os
+for path in ['/usr/evil', '/etc/evil', '/evil', '/dev/evil', os.__file__]:
+    try:
+        open(path, 'a').write('x')
+        print('WROTE', path)
+    except OSError as e:
+        print('denied', e.errno)
+print(sorted(os.listdir('/')))
+print(os.path.exists('{source}'), os.path.exists('/root/.ssh'), os.listdir('/proc'))
+"""
+    result = box.run(code)
+    assert result.ok, result
+    assert "WROTE" not in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == "False False []"  # no source checkout, no home, no /proc of other processes
+
+
+def test_ludus_is_not_importable_inside(box):
+    result = box.run("import ludus; print(ludus.__path__)")
+    assert result.exit_code != 0 and "ModuleNotFoundError" in result.stderr
+
+
+def test_each_execution_has_its_own_scratch_space(box):
+    first = box.run("open('/tmp/left', 'w').write('x'); open('mine', 'w').write('y'); print('ok')")
+    assert first.ok
+    for _ in range(4):  # whichever worker runs it, nothing from before is there
+        later = box.run("import os; print(os.path.exists('/tmp/left'), os.path.exists('mine'), os.listdir('/dev/shm'))")
+        assert later.stdout.strip() == "False False []"
+
+
+def test_sysv_shared_memory_does_not_cross_executions(box):
+    make = box.run("import ctypes; libc = ctypes.CDLL(None); print(libc.shmget(0x1d5, 4096, 0o1666))")
+    assert int(make.stdout) >= 0
+    for _ in range(4):
+        probe = box.run("import ctypes; libc = ctypes.CDLL(None); print(libc.shmget(0x1d5, 4096, 0o666))")
+        assert probe.stdout.strip() == "-1"
+
+
+def test_background_processes_die_with_the_execution(box):
+    marker = f"ludus-orphan-{os.getpid()}-{time.time_ns()}"
+    code = f"""
+import os, subprocess, sys
+subprocess.Popen(['sh', '-c', 'sleep 300 # {marker}'], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    os.execvp('sleep', ['sleep', '301', '{marker}'])
+print('started')
+"""
+    result = box.run(code)
+    assert result.ok and result.stdout == "started\n"
+    deadline = time.monotonic() + 5
+    while _processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_named(marker) == []
+
+
+def test_wall_clock_limit(box):
+    result = box.run("import time; time.sleep(30)", limits=Limits(wall_s=0.5))
+    assert result.status == "timeout" and "wall" in result.reason
+    assert result.wall_s < 10
+
+
+def test_cpu_limit(box):
+    result = box.run("while True: pass", limits=Limits(cpu_s=1, wall_s=20))
+    assert result.status == "timeout" and "CPU" in result.reason
+
+
+def test_memory_limit(box):
+    result = box.run("x = bytearray(3 * 1024**3)", limits=Limits(memory_mb=256))
+    assert result.status == "memory"
+
+
+def test_output_limit(box):
+    result = box.run("import sys\nwhile True: sys.stdout.write('x' * 65536)", limits=Limits(output_bytes=10_000))
+    assert result.status == "killed" and "output" in result.reason
+    assert len(result.stdout) == 10_000 and result.stdout_truncated
+
+
+def test_process_limit_stops_a_fork_bomb(box):
+    code = """
+import os, time
+made = 0
+try:
+    for _ in range(500):
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        made += 1
+except OSError:
+    pass
+print(made)
+"""
+    result = box.run(code, limits=Limits(processes=16))
+    assert result.ok
+    assert int(result.stdout) < 40
+
+
+def test_file_size_limit(box):
+    result = box.run(
+        "f = open('big', 'wb')\ntry:\n    f.write(b'x' * (8 << 20)); f.flush()\nexcept OSError as e:\n    print('EFBIG', e.errno)",
+        limits=Limits(file_size_mb=1),
+    )
+    assert "EFBIG 27" in result.stdout
+
+
+def test_open_files_limit(box):
+    result = box.run(
+        "fs = []\ntry:\n    while True: fs.append(open('/dev/null'))\nexcept OSError:\n    print(len(fs))",
+        limits=Limits(open_files=50),
+    )
+    assert int(result.stdout) < 50
+
+
+def test_capabilities_are_dropped_and_exec_does_not_regain_them(box):
+    capget = (
+        "import ctypes\nh=(ctypes.c_uint32*2)(0x20080522,0)\nd=(ctypes.c_uint32*6)()\n"
+        "ctypes.CDLL(None).capget(h,d)\nprint(list(d))"
+    )
+    assert box.run(capget).stdout.strip() == "[0, 0, 0, 0, 0, 0]"
+    assert box.run(argv=["python3", "-c", capget]).stdout.strip() == "[0, 0, 0, 0, 0, 0]"
+
+
+def test_threads_and_deep_recursion_work(box):
+    code = """
+import threading, sys
+def depth(n): return 0 if n == 0 else 1 + depth(n - 1)
+out = []
+threads = [threading.Thread(target=lambda: out.append(sum(range(10**5)))) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(len(out), depth(30000))
+"""
+    assert box.run(code).stdout == "8 30000\n"
+
+
+def test_concurrent_executions_from_threads_and_asyncio(box):
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda i: box.run(f"print({i} * 2)"), range(12)))
+    assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(12)]
+
+    async def many():
+        return await asyncio.gather(*(box.arun(f"print({i})") for i in range(6)))
+
+    assert [r.stdout for r in asyncio.run(many())] == [f"{i}\n" for i in range(6)]
+
+
+def test_kill_stops_a_running_execution(box):
+    running = box.start("import time; time.sleep(30)")
+    time.sleep(0.3)
+    running.kill()
+    result = running.wait()
+    assert result.status == "killed" and "host" in result.reason
+
+
+def test_a_dead_worker_is_an_infra_error_and_is_replaced(box):
+    running = box.start("import time; time.sleep(30)")
+    time.sleep(0.3)
+    os.killpg(running._worker.process.pid, signal.SIGKILL)
+    result = running.wait()
+    assert result.status == "infra_error"
+    assert box.run("print('still serving')").stdout == "still serving\n"
+
+
+def test_invalid_requests_are_refused_early(box):
+    with pytest.raises(ValueError):
+        box.run("print(1)", argv=["true"])
+    with pytest.raises(ValueError):
+        Limits(wall_s=0)
+    escaped = box.run("print(1)", files={"../escape": "x"})
+    assert escaped.status == "infra_error"
+
+
+def test_closing_leaves_no_worker_behind():
+    with Sandbox(workers=1, backend_name="bwrap") as sandbox:
+        sandbox.run("print(1)")
+        pid = next(iter(sandbox._workers)).process.pid
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_process_backend_warns_loudly_and_still_enforces_limits():
+    with pytest.warns(UnisolatedWarning):
+        sandbox = Sandbox(workers=1, backend_name="process")
+    with sandbox:
+        assert sandbox.level == "none"
+        assert sandbox.run("print(sum(range(10)))").stdout == "45\n"
+        assert sandbox.run("while True: pass", limits=Limits(cpu_s=1)).status == "timeout"
+
+
+def test_process_limit_note_names_the_mechanism():
+    note = sandbox_backend.process_limit_note()
+    assert "RLIMIT_NPROC" in note or "cgroup" in note
