@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -53,7 +54,8 @@ except ImportError:  # pragma: no cover - imported on the host for its constants
 HEADER = struct.Struct("!I")
 MAX_FRAME = 256 * 1024 * 1024
 EXIT_MEMORY = 204  # B's exit code after a MemoryError (only a hint: B is untrusted)
-EXIT_SETUP = 205  # B could not set up its limits or files
+EXIT_SETUP = 205  # A or B could not set up; B's failure is only believed via the ready byte
+READY_FD = 512
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -269,13 +271,15 @@ def _watch(ctrl, a_pid, out_r, err_r, status_r, limits, started) -> dict:
 
 
 def _parse_exit(status_text: bytes) -> dict:
-    for line in status_text.split(b"\n"):
+    """A's report: B's wait status and usage, or the setup error that kept B from running."""
+    lines = status_text.split(b"\n")
+    for line in lines:
+        if line.startswith(b"error "):
+            return {"setup_error": line[6:].decode("utf-8", "replace")}
+    for line in lines:
         if line.startswith(b"exit "):
             code, cpu, rss = line[5:].split()
             return {"wait_status": int(code), "cpu_s": round(float(cpu), 4), "max_rss_mb": round(int(rss) / 1024, 1)}
-    for line in status_text.split(b"\n"):
-        if line.startswith(b"error "):
-            return {"setup_error": line[6:].decode("utf-8", "replace")}
     return {}
 
 
@@ -296,8 +300,6 @@ def _classify(report: dict, killed_by: str | None, limits: dict, a_exit: int) ->
         return fields | {"status": "timeout", "reason": f"CPU time limit of {limits['cpu_s']} s"}
     if code == EXIT_MEMORY:
         return fields | {"status": "memory", "reason": f"memory limit of {limits['memory_mb']} MiB"}
-    if code == EXIT_SETUP:
-        return fields | {"status": "infra_error", "reason": "the execution could not be set up"}
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
         return fields | {"status": "killed", "reason": f"killed by {name}"}
@@ -321,14 +323,19 @@ def _child_a(request, fds, limits, isolate, out_w, err_w, status_w) -> None:
     except Exception as exc:  # noqa: BLE001
         report(f"error {type(exc).__name__}: {exc}")
         os._exit(EXIT_SETUP)
+    ready_r, ready_w = os.pipe()
     b_pid = os.fork()
     if b_pid == 0:
         os.close(status_w)
-        _child_b(request, fds, limits, isolate, workdir, out_w, err_w)
-    for fd in [out_w, err_w, *fds]:
+        os.close(ready_r)
+        _child_b(request, fds, limits, workdir, out_w, err_w, ready_w)
+    for fd in [out_w, err_w, ready_w, *fds]:
         os.close(fd)
     report(f"pid {b_pid}")
     _, status, usage = os.wait4(b_pid, 0)
+    set_up = os.read(ready_r, 1) == b"R"  # written by B before any untrusted code, which cannot forge it
+    if not set_up:
+        report("error the execution could not set itself up (limits, files or descriptors)")
     if isolate != "namespaces":
         _kill_descendants()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -386,7 +393,7 @@ def _mount(source, target, fstype, flags, data) -> None:
 # ---- B: limits, files, descriptors, then the program ----
 
 
-def _child_b(request, fds, limits, isolate, workdir, out_w, err_w) -> None:
+def _child_b(request, fds, limits, workdir, out_w, err_w, ready_w) -> None:
     try:
         os.setsid()
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -398,13 +405,18 @@ def _child_b(request, fds, limits, isolate, workdir, out_w, err_w) -> None:
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
+        ready = fcntl.fcntl(ready_w, fcntl.F_DUPFD, READY_FD)  # out of the way of the renumbering below
+        parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, READY_FD + 1) for fd in fds]
         keep = 3
-        for fd in fds:  # passed descriptors (e.g. the grader's call socket) become 3, 4, ...
+        for fd in parked:  # passed descriptors (e.g. the grader's call socket) become 3, 4, ...
             os.dup2(fd, keep, inheritable=True)
             keep += 1
-        os.closerange(keep, _max_fd())
+        os.closerange(keep, ready)
+        os.closerange(ready + 1, _max_fd())
         _drop_capabilities()
         _set_limits(limits)
+        os.write(ready, b"R")
+        os.close(ready)  # before any untrusted code: after this, nothing B does can claim a setup failure
     except BaseException:  # noqa: BLE001
         os._exit(EXIT_SETUP)
     mode = request["mode"]
@@ -525,8 +537,12 @@ def serve_calls(sock: socket.socket, namespace: dict) -> None:
     Arguments and results are plain values (see plain.py); an exception is reported by type
     name and message. Runs until the grader closes the socket.
     """
-    names = sorted(k for k, v in namespace.items() if not k.startswith("__") and not isinstance(v, types.ModuleType))
-    send_frame(sock, {"loaded": True, "names": names[:10_000]})
+    names = {
+        k: "callable" if callable(v) else "value"
+        for k, v in list(namespace.items())[:10_000]
+        if not k.startswith("__") and not isinstance(v, types.ModuleType)
+    }
+    send_frame(sock, {"loaded": True, "names": names})
     while True:
         request, _ = recv_frame(sock)
         if request is None:

@@ -1,0 +1,499 @@
+"""Grading model-written code, deny by default, in the sandbox.
+
+Formats (a task is a mapping; ``format`` names it, else it is inferred from the fields):
+
+* ``humaneval`` — ``prompt``, ``entry_point``, ``test`` defining ``check(candidate)``. Each
+  top-level assert of ``check`` is one test (so partial credit and test order mean something).
+* ``mbpp`` — ``test_list`` of assert statements; optional ``test_setup_code``, ``test_imports``.
+* ``stdio`` — ``inputs`` and ``outputs`` (lists of strings), or APPS's ``input_output`` JSON;
+  each pair is one run of the program with that stdin.
+* ``pytest`` — ``test`` is a pytest file that imports the solution as module ``module``
+  (default ``solution``).
+
+How grading resists tricks (the red-team suite in tests/ tries each one):
+
+* The solution runs in one sandboxed process and the tests in another, started fresh from a
+  pristine copy of the tests that the solution never sees: it cannot read, edit or delete them,
+  patch the test runner, or reach the grader's process. Test functions call the solution over
+  a socket; only plain built-in values come back (``ludus.sandbox.plain``), rebuilt on the test
+  side, so an object with a rigged ``__eq__`` cannot reach a comparison.
+* Results travel on a channel only the test process holds — never the solution's stdout or
+  exit code. Exiting early (``sys.exit``, ``os._exit``) or crashing just fails the tests left.
+* Every expected test must report ``passed``; skipped, xfail, missing, crashed or timed-out
+  tests count as failed. A sandbox failure is ``infra_error`` (masked in training), never 0 or 1.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import hashlib
+import json
+import math
+import random
+import re
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ludus.core.types import Score, Status
+from ludus.sandbox import Execution, Limits, Sandbox, WorkerSpec
+from ludus.sandbox.inside import recv_frame
+from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, shipped
+
+Format = Literal["humaneval", "mbpp", "stdio", "pytest"]
+FORMATS: tuple[Format, ...] = ("humaneval", "mbpp", "stdio", "pytest")
+HARNESS = Path(__file__).resolve().parent / "code_harness.py"
+FLOAT_TOLERANCE = 1e-6  # stdio: numeric tokens equal within this absolute or relative difference
+
+
+class TaskFormatError(ValueError):
+    """A code task whose fields do not make a gradable task; the message names the field."""
+
+
+@dataclass(frozen=True)
+class TestCase:
+    id: str
+    code: str = ""  # a statement test (humaneval, mbpp)
+    stdin: str = ""  # an input/output test (stdio)
+    expected: str = ""
+
+
+@dataclass(frozen=True)
+class CodeTask:
+    """A parsed task: what to prepend to the solution, the tests, and how to run them."""
+
+    format: Format
+    tests: tuple[TestCase, ...] = ()
+    setup: str = ""
+    prefix: str = ""  # HumanEval: the prompt, when the completion continues it
+    entry_point: str | None = None
+    test_file: str = ""  # pytest
+    module: str = "solution"
+
+    @property
+    def test_ids(self) -> list[str]:
+        return [t.id for t in self.tests]
+
+
+# ---- tasks ----
+
+
+def infer_format(row: Mapping[str, Any]) -> Format:
+    fmt = row.get("format")
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise TaskFormatError(f"field 'format' is {fmt!r}; expected one of {', '.join(FORMATS)}")
+        return fmt
+    if "entry_point" in row and "test" in row:
+        return "humaneval"
+    if "test_list" in row:
+        return "mbpp"
+    if ("inputs" in row and "outputs" in row) or "input_output" in row:
+        return "stdio"
+    if isinstance(row.get("test"), str) and re.search(r"^\s*def test_", row["test"], re.M):
+        return "pytest"
+    raise TaskFormatError(
+        "cannot tell the task's format: expected 'entry_point'+'test' (humaneval), 'test_list' (mbpp), "
+        "'inputs'+'outputs' or 'input_output' (stdio), or a pytest file in 'test'; or name it in 'format'"
+    )
+
+
+def _field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in row:
+        raise TaskFormatError(f"missing field {name!r}")
+    value = row[name]
+    if not isinstance(value, kind):
+        raise TaskFormatError(f"field {name!r} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    return value
+
+
+def parse_task(row: Mapping[str, Any] | CodeTask) -> CodeTask:
+    """A ``CodeTask`` from a row of any of the four formats. Raises ``TaskFormatError``."""
+    if isinstance(row, CodeTask):
+        return row
+    if not isinstance(row, Mapping):
+        raise TaskFormatError(f"a task must be a JSON object, got {type(row).__name__}")
+    fmt = infer_format(row)
+    if fmt == "humaneval":
+        return _humaneval(row)
+    if fmt == "mbpp":
+        tests = _field(row, "test_list", list)
+        if not tests or not all(isinstance(t, str) for t in tests):
+            raise TaskFormatError("field 'test_list' must be a non-empty list of assert statements")
+        setup = "\n".join([*row.get("test_imports", []), row.get("test_setup_code", "") or ""])
+        for i, t in enumerate(tests):
+            _compiles(t, f"test_list[{i}]")
+        _compiles(setup, "test_setup_code")
+        return CodeTask("mbpp", tuple(TestCase(f"test_{i}", code=t) for i, t in enumerate(tests)), setup=setup)
+    if fmt == "stdio":
+        inputs, outputs = _stdio_pairs(row)
+        cases = tuple(TestCase(f"case_{i}", stdin=a, expected=b) for i, (a, b) in enumerate(zip(inputs, outputs)))
+        return CodeTask("stdio", cases)
+    test_file = _field(row, "test", str)
+    _compiles(test_file, "test")
+    module = row.get("module", "solution")
+    if not isinstance(module, str) or not module.isidentifier():
+        raise TaskFormatError("field 'module' must be a Python module name")
+    return CodeTask("pytest", test_file=test_file, module=module)
+
+
+def _compiles(source: str, field_name: str) -> ast.Module:
+    try:
+        return ast.parse(source)
+    except SyntaxError as exc:
+        raise TaskFormatError(f"field {field_name!r} is not valid Python: {exc.msg} (line {exc.lineno})") from None
+
+
+def _stdio_pairs(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    if "input_output" in row:
+        spec = row["input_output"]
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as exc:
+                raise TaskFormatError(f"field 'input_output' is not valid JSON: {exc}") from None
+        if not isinstance(spec, Mapping):
+            raise TaskFormatError("field 'input_output' must hold an object with 'inputs' and 'outputs'")
+        if spec.get("fn_name"):
+            raise TaskFormatError("call-based APPS tasks ('fn_name') are not supported; use stdin/stdout tasks")
+        row = spec
+    inputs, outputs = _field(row, "inputs", list), _field(row, "outputs", list)
+    if not inputs or len(inputs) != len(outputs):
+        raise TaskFormatError(
+            f"'inputs' and 'outputs' must be non-empty and of equal length ({len(inputs)} vs {len(outputs)})"
+        )
+    as_text = [
+        [x if isinstance(x, str) else "\n".join(map(str, x)) if isinstance(x, list) else None for x in xs]
+        for xs in (inputs, outputs)
+    ]
+    if any(x is None for xs in as_text for x in xs):
+        raise TaskFormatError("'inputs' and 'outputs' must be strings (or lists of lines)")
+    return as_text[0], as_text[1]
+
+
+def _mentions(node: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+
+def _humaneval(row: Mapping[str, Any]) -> CodeTask:
+    prompt = _field(row, "prompt", str)
+    entry_point = _field(row, "entry_point", str)
+    if not entry_point.isidentifier():
+        raise TaskFormatError(f"field 'entry_point' must be a function name, got {entry_point!r}")
+    tree = _compiles(_field(row, "test", str), "test")
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None or not check.args.args:
+        raise TaskFormatError("field 'test' must define check(candidate)")
+    param = check.args.args[0].arg
+    module_level = [
+        n
+        for n in tree.body
+        if n is not check
+        and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and _mentions(n.value.func, "check"))
+    ]
+    setup, tests, pending = [ast.unparse(n) for n in module_level], [], []
+    for node in check.body:
+        has_assert = any(isinstance(n, ast.Assert) for n in ast.walk(node))
+        if has_assert:
+            tests.append("\n".join([*pending, ast.unparse(node)]))
+            pending = []
+        elif _mentions(node, param):
+            pending.append(ast.unparse(node))  # runs with the test that follows it
+        elif not isinstance(node, ast.Return):
+            setup.append(ast.unparse(node))
+    if pending:
+        tests.append("\n".join(pending))
+    if not tests:
+        raise TaskFormatError("check(candidate) in field 'test' contains no assert")
+    if param != "candidate":
+        setup.append(f"{param} = candidate")
+    cases = tuple(TestCase(f"assert_{i}", code=t) for i, t in enumerate(tests))
+    return CodeTask("humaneval", cases, setup="\n".join(setup), prefix=prompt, entry_point=entry_point)
+
+
+# ---- completions ----
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+
+
+def extract_code(completion: str) -> str | None:
+    """The code in a completion: the last fenced Python (or unlabelled) block, else the whole
+    text. None when there is no code at all."""
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
+    python = [body for lang, body in blocks if lang in ("", "python", "py", "python3")]
+    code = python[-1] if python else completion if not blocks else None
+    if code is None or not code.strip():
+        return None
+    return code.rstrip() + "\n"
+
+
+def solution_program(task: CodeTask, code: str) -> str:
+    """HumanEval completions either repeat the function or continue the prompt's body."""
+    if task.format != "humaneval":
+        return code
+    defines = re.search(rf"^\s*(async\s+)?def\s+{re.escape(task.entry_point or '')}\s*\(", code, re.M)
+    if defines:
+        imports = [line for line in task.prefix.splitlines() if re.match(r"(from\s+\S+\s+)?import\s", line)]
+        return "\n".join([*imports, code])
+    return task.prefix + code
+
+
+def outputs_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE) -> bool:
+    """stdout against the expected output: equal after trimming trailing spaces and blank
+    lines, or token by token with numbers equal within ``tolerance`` (absolute or relative)."""
+    a, e = actual.split(), expected.split()
+    if len(a) != len(e):
+        return False
+    for x, y in zip(a, e):
+        if x == y:
+            continue
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            return False
+        if not (math.isfinite(fx) and math.isfinite(fy) and math.isclose(fx, fy, rel_tol=tolerance, abs_tol=tolerance)):
+            return False
+    return True
+
+
+# ---- the verifier ----
+
+
+@dataclass
+class CodeVerifier:
+    """Scores (task, completion) pairs by running the tests in the sandbox.
+
+    ``partial_credit`` pays the fraction of tests passed (else all or nothing); ``shuffle``
+    runs tests in a random order (seeded by ``seed``); ``prune`` stops at the first failure;
+    identical (task, completion) pairs are answered from a cache of ``cache_size`` entries.
+    ``limits`` bound the solution's process (all its tests together); ``test_timeout_s``
+    bounds each call into it.
+    """
+
+    partial_credit: bool = False
+    shuffle: bool = False
+    prune: bool = False
+    seed: int = 0
+    cache_size: int = 10_000
+    limits: Limits = field(default_factory=lambda: Limits(wall_s=30.0, cpu_s=30.0))
+    test_timeout_s: float = 5.0
+    workers: int | None = None
+    backend: Literal["auto", "bwrap", "process"] = "auto"
+
+    def __post_init__(self) -> None:
+        self._cache: OrderedDict[str, Score] = OrderedDict()
+        self._lock = threading.Lock()
+        self._rng = random.Random(self.seed)
+        self._candidates: Sandbox | None = None
+        self._harness: Sandbox | None = None
+
+    # pools start on first use, so constructing a verifier is free
+    def _pools(self) -> tuple[Sandbox, Sandbox]:
+        with self._lock:
+            if self._candidates is None:
+                self._candidates = Sandbox(self.limits, workers=self.workers, backend_name=self.backend)
+                harness_spec = WorkerSpec(
+                    modules=(shipped("ludus_code_harness", HARNESS),), warm_imports=(*DEFAULT_WARM_IMPORTS, "pytest")
+                )
+                harness_limits = replace(self.limits, wall_s=self.limits.wall_s + 10, cpu_s=self.limits.cpu_s + 10)
+                self._harness = Sandbox(
+                    harness_limits, workers=self.workers, backend_name=self.backend, spec=harness_spec
+                )
+            assert self._harness is not None
+            return self._candidates, self._harness
+
+    def close(self) -> None:
+        for pool in (self._candidates, self._harness):
+            if pool is not None:
+                pool.close()
+
+    def __enter__(self) -> CodeVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def score(self, task: Mapping[str, Any] | CodeTask, completion: str) -> Score:
+        try:
+            parsed = parse_task(task)
+        except TaskFormatError as exc:
+            return Score.zero(Status.GOLD_ERROR, f"malformed task: {exc}")
+        if not isinstance(completion, str):
+            return Score.zero(Status.FORMAT_ERROR, f"the completion must be text, got {type(completion).__name__}")
+        code = extract_code(completion)
+        if code is None:
+            return Score.zero(Status.NO_ANSWER, "no code in the completion")
+        key = hashlib.sha256(json.dumps([repr(parsed), code], sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        score = self._grade(parsed, solution_program(parsed, code))
+        if score.status != Status.INFRA_ERROR and self.cache_size > 0:
+            with self._lock:
+                self._cache[key] = score
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return score
+
+    async def ascore(self, task: Mapping[str, Any] | CodeTask, completion: str) -> Score:
+        return await asyncio.to_thread(self.score, task, completion)
+
+    def score_many(self, pairs: Iterable[tuple[Mapping[str, Any] | CodeTask, str]]) -> list[Score]:
+        """Score many pairs concurrently (one per sandbox worker), in input order."""
+        pairs = list(pairs)
+        candidates, _ = self._pools()
+        with ThreadPoolExecutor(max_workers=candidates.size) as pool:
+            return list(pool.map(lambda pair: self.score(*pair), pairs))
+
+    def _order(self, tests: Sequence[TestCase]) -> list[TestCase]:
+        ordered = list(tests)
+        if self.shuffle:
+            with self._lock:
+                self._rng.shuffle(ordered)
+        return ordered
+
+    def _grade(self, task: CodeTask, program: str) -> Score:
+        if task.format == "stdio":
+            return self._grade_stdio(task, program)
+        return self._grade_calls(task, program)
+
+    # stdin/stdout: one fresh execution per case; the comparison happens here, on the host
+    def _grade_stdio(self, task: CodeTask, program: str) -> Score:
+        candidates, _ = self._pools()
+        outcomes: dict[str, tuple[str, str]] = {}
+        for case in self._order(task.tests):
+            run = candidates.run(program, stdin=case.stdin)
+            if run.status == "infra_error":
+                return Score.zero(Status.INFRA_ERROR, f"{case.id}: {run.reason}")
+            outcomes[case.id] = _judge_run(run, case.expected)
+            if outcomes[case.id][0] != "passed" and self.prune:
+                break
+        return self._verdict(task.test_ids, outcomes, extra="")
+
+    # function calls: the solution serves calls in one sandbox, the tests run in another
+    def _grade_calls(self, task: CodeTask, program: str) -> Score:
+        candidates, harness = self._pools()
+        ordered = self._order(task.tests)
+        payload = {
+            "runner": "pytest" if task.format == "pytest" else "statements",
+            "tests": [{"id": t.id, "code": t.code} for t in ordered],
+            "setup": task.setup,
+            "bind": {"candidate": task.entry_point} if task.entry_point else {},
+            "test_file": task.test_file,
+            "module": task.module,
+            "prune": self.prune,
+            "shuffle_seed": self._rng.randrange(2**32) if self.shuffle else None,
+            "call_timeout_s": self.test_timeout_s,
+            "load_timeout_s": self.limits.wall_s,
+        }
+        solution_end, tests_end = socket.socketpair()
+        results_host, results_harness = socket.socketpair()
+        reply: list[Any] = []  # the test runner's report, read while it runs (it may exceed a socket buffer)
+        reader = threading.Thread(target=_read_report, args=(results_host, reply), daemon=True)
+        try:
+            solution = candidates.start(program, serve=True, pass_fds=[solution_end.fileno()], module_name=task.module)
+            tests = harness.start(
+                call="ludus_code_harness:run", payload=payload, pass_fds=[tests_end.fileno(), results_harness.fileno()]
+            )
+        finally:
+            for sock in (solution_end, tests_end, results_harness):
+                sock.close()
+        reader.start()
+        test_run = tests.wait()
+        solution.kill()  # the tests are over: whatever the solution still does is cut short
+        solution_run = solution.wait()
+        reader.join(timeout=10)
+        results_host.close()
+        if test_run.status == "infra_error":
+            return Score.zero(Status.INFRA_ERROR, f"test runner: {test_run.reason}")
+        if solution_run.status == "infra_error":
+            return Score.zero(Status.INFRA_ERROR, f"solution sandbox: {solution_run.reason}")
+        report = reply[0] if reply else None
+        if not isinstance(report, dict) or "harness_error" in report:
+            detail = (
+                report.get("harness_error", "")
+                if isinstance(report, dict)
+                else test_run.reason or test_run.stderr[-300:]
+            )
+            return Score.zero(Status.INFRA_ERROR, f"the test runner failed: {detail}")
+        stderr_tail = solution_run.stderr.strip().splitlines()[-1:] if solution_run.stderr.strip() else []
+        if not report.get("loaded"):
+            status = Status.TIMEOUT if solution_run.status == "timeout" else Status.WRONG
+            return Score.zero(
+                status,
+                f"the solution did not load: {report.get('load_error', '')}"[:1000],
+                passed=0.0,
+                total=float(len(task.tests) or 1),
+            )
+        if "setup_error" in report:
+            if report.get("setup_called_solution") or task.format == "pytest":
+                return Score.zero(
+                    Status.WRONG,
+                    f"test setup failed: {report['setup_error']}",
+                    passed=0.0,
+                    total=float(len(task.tests) or 1),
+                )
+            return Score.zero(Status.GOLD_ERROR, f"the task's test setup fails on its own: {report['setup_error']}")
+        results = report.get("results") if isinstance(report.get("results"), dict) else {}
+        expected = task.test_ids if task.format != "pytest" else [str(x) for x in report.get("expected", [])]
+        outcomes = {
+            tid: (str(r.get("outcome")), str(r.get("message", ""))) for tid, r in results.items() if isinstance(r, dict)
+        }
+        extra = (
+            f" (solution {solution_run.status}: {solution_run.reason})"
+            if solution_run.status in ("timeout", "memory")
+            else ""
+        )
+        if stderr_tail and not extra:
+            extra = f" (solution stderr: {stderr_tail[0][:200]})"
+        return self._verdict(expected, outcomes, extra)
+
+    def _verdict(self, expected: Sequence[str], outcomes: Mapping[str, tuple[str, str]], extra: str) -> Score:
+        total = len(expected)
+        if total == 0:
+            return Score.zero(Status.GOLD_ERROR, "the task has no tests")
+        passed = sum(1 for tid in expected if outcomes.get(tid, ("missing", ""))[0] == "passed")
+        components = {"passed": float(passed), "total": float(total)}
+        if passed == total:
+            return Score(1.0, Status.CORRECT, f"all {total} tests passed", components)
+        failing = next(tid for tid in expected if outcomes.get(tid, ("missing", ""))[0] != "passed")
+        outcome, message = outcomes.get(
+            failing, ("not run", "stopped at an earlier failure" if self.prune else "no result")
+        )
+        reason = f"{passed}/{total} tests passed; {failing} {outcome}" + (f": {message}" if message else "") + extra
+        if self.partial_credit and passed:
+            return Score(passed / total, Status.PARTIAL, reason[:1000], components)
+        status = Status.TIMEOUT if outcome == "timeout" else Status.WRONG
+        return Score(0.0, status, reason[:1000], components)
+
+
+def _judge_run(run: Execution, expected: str) -> tuple[str, str]:
+    if run.status != "ok":
+        return run.status, run.reason
+    if run.exit_code != 0:
+        tail = run.stderr.strip().splitlines()[-1:] or [""]
+        return "error", f"exit code {run.exit_code}: {tail[0][:200]}"
+    if not outputs_match(run.stdout, expected):
+        return "failed", f"expected {expected.strip()[:80]!r}, got {run.stdout.strip()[:80]!r}"
+    return "passed", ""
+
+
+def _read_report(sock: socket.socket, out: list[Any]) -> None:
+    try:
+        message, _ = recv_frame(sock)
+        out.append(message)
+    except (OSError, ValueError):
+        pass
+
+
+def verify_code(task: Mapping[str, Any], completion: str, **options: Any) -> Score:
+    """One-off convenience; for many samples keep a ``CodeVerifier`` (its sandbox stays warm)."""
+    with CodeVerifier(**options) as verifier:
+        return verifier.score(task, completion)

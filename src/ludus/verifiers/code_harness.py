@@ -1,0 +1,259 @@
+"""The test side of code grading. Runs in its own sandbox execution, apart from the solution.
+
+The solution runs in another sandbox (``inside.serve_calls``) and never shares a process, a
+file or a namespace with this one: the tests call it through a socket, and only plain values
+(plain.py) come back, rebuilt here — so nothing the solution does (``sys.exit``,
+``os._exit``, patching builtins or the test runner, an object whose ``__eq__`` is always
+true, printing "PASSED", editing or reading test files) can change a verdict. Results go to
+the host on descriptor 4, which the solution never holds.
+
+Standard library only (pytest too when the format needs it): shipped into the sandbox as source.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import random
+import socket
+import sys
+import time
+import traceback
+import types
+
+try:
+    import ludus_inside as inside
+    import ludus_plain as plain
+except ImportError:  # pragma: no cover - only for reading on the host
+    from ludus.sandbox import inside, plain
+
+CALL_SOCKET_FD, RESULTS_FD = 3, 4
+MAX_REPLY = 64 * 1024 * 1024
+MESSAGE_CHARS = 400
+
+
+class SolutionGone(Exception):
+    """The solution process died or stopped answering; no later call can succeed."""
+
+
+class CallTimeout(SolutionGone):
+    pass
+
+
+class SolutionError(Exception):
+    """The solution raised an exception that is not a built-in one."""
+
+
+class Remote:
+    """Stands for one function of the solution: calls travel as plain values over the socket."""
+
+    def __init__(self, link: Link, name: str):
+        self._link, self.__name__ = link, name
+
+    def __call__(self, *args, **kwargs):
+        return self._link.request({"call": self.__name__, "args": _encode_args(args), "kwargs": _encode_args(kwargs)})
+
+    def __repr__(self) -> str:
+        return f"<solution function {self.__name__}>"
+
+
+def _encode_args(value) -> str:
+    try:
+        return plain.encode(value)
+    except plain.NotPlain as exc:
+        raise TypeError(f"a test passed a value the solution cannot receive: {exc}") from exc
+
+
+class Link:
+    def __init__(self, sock: socket.socket, call_timeout_s: float):
+        self.sock, self.call_timeout_s, self.gone = sock, call_timeout_s, ""
+        self.calls = 0
+
+    def receive(self, timeout: float):
+        if self.gone:
+            raise SolutionGone(self.gone)
+        self.sock.settimeout(timeout)
+        try:
+            message, fds = inside.recv_frame(self.sock, MAX_REPLY)
+        except TimeoutError:
+            self.gone = f"the solution did not answer within {timeout:g} s"
+            raise CallTimeout(self.gone) from None
+        except (OSError, ValueError) as exc:
+            message, fds = None, []
+            self.gone = f"the solution broke the connection ({exc})"
+        for fd in fds:
+            os.close(fd)
+        if message is None or type(message) is not dict:
+            self.gone = self.gone or "the solution exited or crashed"
+            raise SolutionGone(self.gone)
+        return message
+
+    def request(self, message: dict):
+        if self.gone:
+            raise SolutionGone(self.gone)
+        self.calls += 1
+        try:
+            inside.send_frame(self.sock, message)
+        except OSError as exc:
+            self.gone = f"the solution exited or crashed ({exc})"
+            raise SolutionGone(self.gone) from None
+        reply = self.receive(self.call_timeout_s)
+        if reply.get("ok") is True and type(reply.get("value")) is str:
+            try:
+                return plain.decode(reply["value"])
+            except (plain.NotPlain, ValueError) as exc:
+                raise SolutionError(f"malformed value from the solution: {exc}") from None
+        error_type, text = str(reply.get("error_type", "Error")), str(reply.get("error", ""))[:MESSAGE_CHARS]
+        if error_type == "NotPlain":
+            raise SolutionError(f"the solution returned something that is not a plain value: {text}")
+        # a built-in exception keeps its class, so tests that expect e.g. ValueError still work
+        cls = getattr(builtins, error_type, None)
+        if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins":
+            raise cls(text)
+        raise SolutionError(text if text.startswith(error_type) else f"{error_type}: {text}")
+
+
+def _message(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text[:MESSAGE_CHARS]
+
+
+def run(payload: dict, _fd: int) -> int:
+    """Entry point (mode ``call``): run the tests in ``payload`` and write the results to fd 4."""
+    results_sock = socket.socket(fileno=RESULTS_FD)
+    try:
+        report = _run(payload)
+    except BaseException as exc:  # noqa: BLE001 - the host must hear about it
+        report = {"harness_error": _message(exc) + "\n" + traceback.format_exc(limit=5)[-1500:]}
+    inside.send_frame(results_sock, report)
+    results_sock.close()
+    return 0
+
+
+def _run(payload: dict) -> dict:
+    link = Link(socket.socket(fileno=CALL_SOCKET_FD), float(payload["call_timeout_s"]))
+    try:
+        hello = link.receive(float(payload["load_timeout_s"]))
+    except SolutionGone as exc:
+        return {"loaded": False, "load_error": str(exc)}
+    if hello.get("loaded") is not True:
+        return {"loaded": False, "load_error": str(hello.get("error", "the solution did not load"))[:2000]}
+    names = hello.get("names") if type(hello.get("names")) is dict else {}
+    if payload["runner"] == "pytest":
+        report = _run_pytest(payload, link, names)
+    else:
+        report = _run_statements(payload, link, names)
+    link.sock.close()
+    return report
+
+
+def _run_statements(payload: dict, link: Link, names: dict) -> dict:
+    """Tests as statements (HumanEval asserts, MBPP asserts) against bound remote functions."""
+    namespace: dict = {"__name__": "__tests__"}
+    for name, kind in names.items():
+        if kind == "callable" and name.isidentifier():
+            namespace[name] = Remote(link, name)
+    for alias, target in payload.get("bind", {}).items():
+        namespace[alias] = Remote(link, target)
+    calls_before = link.calls
+    try:
+        exec(compile(payload.get("setup", ""), "<test setup>", "exec"), namespace)
+    except BaseException as exc:  # noqa: BLE001
+        return {"loaded": True, "setup_error": _message(exc), "setup_called_solution": link.calls > calls_before}
+    for alias, target in payload.get("bind", {}).items():  # setup must not shadow the solution's functions
+        namespace[alias] = Remote(link, target)
+    results: dict[str, dict] = {}
+    for test in payload["tests"]:
+        started = time.monotonic()
+        try:
+            exec(compile(test["code"], f"<test {test['id']}>", "exec"), namespace)
+            outcome, message = "passed", ""
+        except CallTimeout as exc:
+            outcome, message = "timeout", str(exc)
+        except SolutionGone as exc:
+            outcome, message = "crashed", str(exc)
+        except AssertionError as exc:
+            outcome, message = "failed", _message(exc) if str(exc) else "assertion failed"
+        except BaseException as exc:  # noqa: BLE001
+            outcome, message = "error", _message(exc)
+        results[test["id"]] = {"outcome": outcome, "message": message, "seconds": round(time.monotonic() - started, 4)}
+        if outcome != "passed" and payload.get("prune"):
+            break
+    return {"loaded": True, "results": results}
+
+
+def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
+    """A pytest test file against a stand-in module whose attributes are the solution's."""
+    import pytest  # noqa: PLC0415 - only this format needs it
+
+    module = types.ModuleType(payload["module"])
+    for name, kind in names.items():
+        if name.isidentifier():
+            setattr(module, name, Remote(link, name) if kind == "callable" else _fetch(link, name))
+    sys.modules[payload["module"]] = module
+    os.makedirs("tests_ludus", exist_ok=True)
+    path = os.path.join("tests_ludus", "test_task.py")
+    with open(path, "w") as fh:
+        fh.write(payload["test_file"])
+
+    class Collector:
+        def __init__(self) -> None:
+            self.collected: list[str] = []
+            self.results: dict[str, dict] = {}
+            self.errors: list[str] = []
+
+        def pytest_collection_modifyitems(self, items):
+            if payload.get("shuffle_seed") is not None:
+                random.Random(payload["shuffle_seed"]).shuffle(items)
+            self.collected = [item.nodeid for item in items]
+
+        def pytest_collectreport(self, report):
+            if report.failed:
+                self.errors.append(str(report.longrepr)[-MESSAGE_CHARS:])
+
+        def pytest_runtest_logreport(self, report):
+            current = self.results.get(report.nodeid)
+            if report.when == "call" or (report.outcome != "passed" and current is None):
+                outcome = "passed" if report.passed and not hasattr(report, "wasxfail") else "failed"
+                if report.skipped:
+                    outcome = "skipped"
+                self.results[report.nodeid] = {
+                    "outcome": outcome,
+                    "message": str(report.longrepr or "")[-MESSAGE_CHARS:],
+                }
+
+    collector = Collector()
+    args = [path, "-q", "-p", "no:cacheprovider", "--noconftest", "-o", "addopts=", "--rootdir", ".", "-c", os.devnull]
+    if payload.get("prune"):
+        args.append("-x")
+    pytest.main(args, plugins=[collector])
+    if collector.errors and not collector.collected:
+        return {
+            "loaded": True,
+            "setup_error": "test collection failed: " + collector.errors[0],
+            "setup_called_solution": link.calls > 0,
+        }
+    results = {
+        nodeid: collector.results.get(nodeid, {"outcome": "missing", "message": "no result"})
+        for nodeid in collector.collected
+    }
+    return {"loaded": True, "results": results, "expected": collector.collected}
+
+
+def _fetch(link: Link, name: str):
+    try:
+        return link.request({"get": name})
+    except Exception as exc:  # noqa: BLE001 - an attribute the tests may never touch
+        return _Unavailable(name, _message(exc))
+
+
+class _Unavailable:
+    def __init__(self, name: str, why: str):
+        self.name, self.why = name, why
+
+    def __getattr__(self, attr):
+        raise AttributeError(f"solution attribute {self.name!r} is not a plain value: {self.why}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("this module runs inside the sandbox; see ludus.verifiers.code")
