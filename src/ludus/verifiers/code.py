@@ -133,7 +133,9 @@ def parse_task(row: Mapping[str, Any] | CodeTask) -> CodeTask:
         return CodeTask("mbpp", tuple(TestCase(f"test_{i}", code=t) for i, t in enumerate(tests)), setup=setup)
     if fmt == "stdio":
         inputs, outputs = _stdio_pairs(row)
-        cases = tuple(TestCase(f"case_{i}", stdin=a, expected=b) for i, (a, b) in enumerate(zip(inputs, outputs)))
+        cases = tuple(
+            TestCase(f"case_{i}", stdin=a, expected=b) for i, (a, b) in enumerate(zip(inputs, outputs, strict=True))
+        )
         return CodeTask("stdio", cases)
     test_file = _field(row, "test", str)
     _compiles(test_file, "test")
@@ -250,7 +252,7 @@ def outputs_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE
     a, e = actual.split(), expected.split()
     if len(a) != len(e):
         return False
-    for x, y in zip(a, e):
+    for x, y in zip(a, e, strict=True):
         if x == y:
             continue
         try:
