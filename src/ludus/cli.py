@@ -142,25 +142,52 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _verifier_for(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(score_many over (completion, gold) pairs, the line spec, a closer) for ``ludus verify DOMAIN``."""
+    from ludus.verifiers.batch import LineSpec
+
+    if args.domain == "math":
+        from ludus.verifiers.guard import cpu_count
+        from ludus.verifiers.math import MathVerifier
+
+        math = MathVerifier(
+            workers=args.workers or cpu_count(),
+            timeout_s=args.timeout or 5.0,
+            max_answer_chars=args.max_answer_chars,
+            decimal_gold=args.decimal_gold,
+        )
+        math.score_many([("\\boxed{1}", "1")] * math.workers)  # start the workers before the clock
+        spec = LineSpec(args.completion_field, args.gold_field or "gold")
+        return math.score_many, spec, lambda: None
+
+    from ludus.sandbox import Limits
+    from ludus.verifiers.code import CodeVerifier, code_annotation, task_object
+
+    code = CodeVerifier(
+        partial_credit=args.partial_credit,
+        shuffle=args.shuffle,
+        prune=args.prune,
+        test_timeout_s=args.timeout or 5.0,
+        limits=Limits(wall_s=args.wall, cpu_s=args.wall),
+        workers=args.workers or None,
+        backend=args.backend,
+    )
+    code.score({"test_list": ["assert f() == 1"]}, "def f(): return 1")  # start the sandbox before the clock
+    spec = LineSpec(args.completion_field, args.gold_field or "task", task_object, code_annotation)
+    return (lambda pairs: code.score_many([(task, completion) for completion, task in pairs])), spec, code.close
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ludus.verifiers.batch import score_jsonl
-    from ludus.verifiers.guard import cpu_count
-    from ludus.verifiers.math import MathVerifier
 
     source = Path(args.input)
     if not source.is_file():
         raise FileNotFoundError(f"input file not found: {source}")
     if args.output and Path(args.output).resolve() == source.resolve():
         raise ValueError("-o must name a different file than the input")
-    verifier = MathVerifier(
-        workers=args.workers or cpu_count(),
-        timeout_s=args.timeout,
-        max_answer_chars=args.max_answer_chars,
-        decimal_gold=args.decimal_gold,
-    )
-    verifier.score_many([("\\boxed{1}", "1")] * verifier.workers)  # start the workers before the clock
+    score_many, spec, close = _verifier_for(args)
     with source.open(encoding="utf-8", errors="replace") as f:
         total = sum(1 for line in f if line.strip())
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
@@ -168,7 +195,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         with (
             source.open(encoding="utf-8", errors="replace") as lines,
             Progress(
-                TextColumn("[bold blue]verify math"),
+                TextColumn(f"[bold blue]verify {args.domain}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -176,15 +203,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             ) as progress,
         ):
             bar = progress.add_task("", total=total)
-            report = score_jsonl(
-                lines,
-                out.write,
-                verifier.score_many,
-                completion_field=args.completion_field,
-                gold_field=args.gold_field,
-                on_line=lambda n: progress.advance(bar, n),
-            )
+            report = score_jsonl(lines, out.write, score_many, spec=spec, on_line=lambda n: progress.advance(bar, n))
     finally:
+        close()
         if out is not sys.stdout:
             out.close()
     for number, why in report.skipped:
@@ -196,10 +217,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
         table.add_row(status, str(count), f"{count / max(1, report.scored):.1%}")
     console.print(table)
     console.print(
-        f"mean reward {report.mean_reward:.4f}; {report.scored / max(report.seconds, 1e-9):.0f} lines/s "
-        f"on {verifier.workers} worker(s)" + (f"; written to {args.output}" if args.output else "")
+        f"mean reward {report.mean_reward:.4f}; {report.scored / max(report.seconds, 1e-9):.1f} lines/s"
+        + (f"; written to {args.output}" if args.output else "")
     )
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ludus.sandbox import Sandbox, detect
+    from ludus.sandbox.backend import process_limit_note
+
+    found = detect()
+    table = Table("check", "result", title="ludus doctor", show_lines=False)
+    table.add_row("python", f"{sys.version.split()[0]} at {sys.executable}")
+    table.add_row("bubblewrap", f"{found.bwrap} ({found.version})" if found.bwrap else "[red]not installed[/]")
+    colour = "green" if found.backend == "bwrap" else "red"
+    table.add_row("sandbox backend", f"[{colour}]{found.backend}[/]: {found.reason}")
+    if found.backend == "bwrap":
+        with Sandbox(workers=1, backend_name="bwrap") as box:
+            level, detail = box.level, ""
+            probe = box.run("import socket; print(socket.gethostname())")
+        if level != "namespaces":
+            detail = " — executions share their worker's namespaces (the worker wipes /tmp between them)"
+        table.add_row("isolation per execution", f"{level}{detail}")
+        table.add_row("sandbox smoke test", "ok" if probe.ok else f"[red]{probe.status}: {probe.reason}[/]")
+    table.add_row("process limit", process_limit_note())
+    try:
+        import torch
+
+        table.add_row("torch", f"{torch.__version__}, {torch.get_num_threads()} threads")
+    except ImportError:
+        table.add_row("torch", "[red]not installed[/]")
+    console.print(table)
+    return 0 if found.backend == "bwrap" else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,22 +268,42 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(p)
     p.set_defaults(func=cmd_warmstart)
 
-    p = sub.add_parser("verify", help="score a JSONL file of completions against gold answers")
-    p.add_argument("domain", choices=["math"], help="which verifier")
-    p.add_argument("input", metavar="INPUT.jsonl", help="one JSON object per line with a completion and a gold answer")
+    p = sub.add_parser("verify", help="score a JSONL file of completions (math answers or code)")
+    p.add_argument("domain", choices=["math", "code"], help="which verifier")
+    p.add_argument(
+        "input",
+        metavar="INPUT.jsonl",
+        help="one JSON object per line: a completion and its gold answer (math) or task (code)",
+    )
     p.add_argument("-o", "--output", metavar="OUTPUT.jsonl", help="write scored lines here (default: stdout)")
     p.add_argument("--completion-field", default="completion", help="field holding the model's reply")
-    p.add_argument("--gold-field", default="gold", help="field holding the gold answer")
-    p.add_argument("--workers", type=int, default=0, help="verifier processes (default: all cores)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds allowed per line before it scores 0 (timeout)")
-    p.add_argument("--max-answer-chars", type=int, default=1000, help="longer final answers are refused unparsed")
     p.add_argument(
+        "--gold-field", help="field holding the gold answer (math, default 'gold') or task (code, default 'task')"
+    )
+    p.add_argument("--workers", type=int, default=0, help="verifier processes or sandbox workers (default: all cores)")
+    p.add_argument(
+        "--timeout", type=float, help="seconds per line (math, default 5) or per test call (code, default 5)"
+    )
+    math = p.add_argument_group("math")
+    math.add_argument("--max-answer-chars", type=int, default=1000, help="longer final answers are refused unparsed")
+    math.add_argument(
         "--decimal-gold",
         choices=["rounded", "exact"],
         default="rounded",
         help="a decimal gold such as 6.28 accepts answers that round to it (default) or only equal values",
     )
+    code = p.add_argument_group("code")
+    code.add_argument("--partial-credit", action="store_true", help="reward the fraction of tests passed")
+    code.add_argument("--shuffle", action="store_true", help="run the tests in a random order")
+    code.add_argument("--prune", action="store_true", help="stop at the first failing test")
+    code.add_argument("--wall", type=float, default=30.0, help="seconds for a solution's whole run (default 30)")
+    code.add_argument(
+        "--backend", choices=["auto", "bwrap", "process"], default="auto", help="sandbox backend (see ludus doctor)"
+    )
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("doctor", help="report the sandbox isolation and other facilities of this machine")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("envs", help="list the available environments")
     p.set_defaults(func=cmd_envs)

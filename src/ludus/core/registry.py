@@ -28,6 +28,8 @@ _BUILTINS: dict[str, str] = {
     "sorting": "ludus.envs.procedural:SortingEnv",
     "linear-equation": "ludus.envs.procedural:LinearEquationEnv",
     "math": "ludus.envs.math:MathEnv",
+    "code": "ludus.envs.code:CodeEnv",
+    "code-tools": "ludus.envs.code:CodeToolEnv",
 }
 
 _registered: dict[str, type[Env]] = {}

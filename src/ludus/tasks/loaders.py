@@ -104,6 +104,17 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
 _READERS = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
+def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """(where, row) for every row of a ``.jsonl`` or ``.parquet`` file; ``where`` is "line 3" or "row 3"."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"task file not found: {path}")
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise TaskFileError(path, f"unsupported file type {path.suffix!r}; use one of {', '.join(_READERS)}")
+    return reader(path)
+
+
 def load_tasks(
     path: str | Path,
     *,
@@ -128,17 +139,13 @@ def load_tasks(
         raise ValueError(f"fields must be one of {sorted(PRESETS)} or None, got {fields!r}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    if not path.is_file():
-        raise FileNotFoundError(f"task file not found: {path}")
-    reader = _READERS.get(path.suffix.lower())
-    if reader is None:
-        raise TaskFileError(path, f"unsupported file type {path.suffix!r}; use one of {', '.join(_READERS)}")
+    rows = read_rows(path)
     preset = PRESETS[fields] if fields else _Fields("prompt", "answer")
     spec = _Fields(prompt_field or preset.prompt, answer_field or preset.answer, preset.gold)
 
     tasks: list[Task] = []
     seen_ids: dict[str, str] = {}
-    for where, row in reader(path):
+    for where, row in rows:
         task = _task(path, where, row, spec, id_field, index=len(tasks))
         if id_field is not None:
             if task.id in seen_ids:

@@ -495,6 +495,24 @@ def _read_report(sock: socket.socket, out: list[Any]) -> None:
         pass
 
 
+def task_object(value: Any) -> dict[str, Any]:
+    """The task of a ``ludus verify code`` line: a JSON object (checked in full when scored)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a JSON object with the task's fields, got {type(value).__name__}")
+    return value
+
+
+def code_annotation(row: dict[str, Any], score: Score) -> None:
+    passed, total = score.components.get("passed"), score.components.get("total")
+    row.update(
+        reward=score.value,
+        status=score.status,
+        passed=None if passed is None else int(passed),
+        total=None if total is None else int(total),
+        reason=score.reason,
+    )
+
+
 def verify_code(task: Mapping[str, Any], completion: str, **options: Any) -> Score:
     """One-off convenience; for many samples keep a ``CodeVerifier`` (its sandbox stays warm)."""
     with CodeVerifier(**options) as verifier:

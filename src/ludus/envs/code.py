@@ -1,0 +1,121 @@
+"""Code environments: write a function or program; the sandboxed code verifier grades it.
+
+* ``code`` — single turn: one reply, graded on all of the task's tests.
+* ``code-tools`` — multi-turn: the model may call ``run_tests(code)``, which runs only the
+  *visible* tests (the first ``visible_tests`` of the task) and returns their results; its
+  final reply is graded on all the tests, hidden ones included. For ``pytest`` tasks the
+  file cannot be split, so ``run_tests`` runs the whole file.
+
+Tasks come from a file of any of the four formats (``path=``, see
+:func:`ludus.tasks.code.load_code_tasks`) or, without one, from a procedural family of small
+function-writing problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ludus.core.env import SingleTurnEnv, Split, TaskSource, ToolEnv
+from ludus.core.types import Score, Status, Task
+from ludus.sandbox import Limits
+from ludus.tasks.code import FunctionTasks, load_code_tasks
+from ludus.tasks.procedural import ProceduralTasks
+from ludus.verifiers.code import CodeVerifier, Format, TaskFormatError, parse_task
+
+
+class CodeEnv(SingleTurnEnv):
+    name = "code"
+    description = "write a Python function or program; graded by its tests in the sandbox"
+    system_prompt = "Write a correct Python solution. Reply with the code in one ```python block."
+
+    def __init__(
+        self,
+        tasks: TaskSource | None = None,
+        *,
+        path: str | None = None,
+        eval_path: str | None = None,
+        format: Format | None = None,
+        prompt_field: str | None = None,
+        seed: int = 0,
+        partial_credit: bool = False,
+        shuffle: bool = False,
+        prune: bool = False,
+        test_timeout_s: float = 5.0,
+        wall_s: float = 30.0,
+        workers: int | None = None,
+        backend: str = "auto",
+    ):
+        if eval_path is not None and path is None:
+            raise ValueError("eval_path needs path (the training file)")
+        super().__init__(tasks)
+        self.files = {
+            split: (lambda p=p: load_code_tasks(p, format=format, prompt_field=prompt_field))
+            for split, p in (("train", path), ("eval", eval_path or path))
+            if p is not None
+        }
+        self.seed = seed
+        self.verifier = CodeVerifier(
+            partial_credit=partial_credit,
+            shuffle=shuffle,
+            prune=prune,
+            seed=seed,
+            test_timeout_s=test_timeout_s,
+            limits=Limits(wall_s=wall_s, cpu_s=wall_s),
+            workers=workers,
+            backend=backend,  # type: ignore[arg-type]
+        )
+
+    def default_tasks(self, split: Split = "train") -> TaskSource:
+        if split in self.files:
+            return self.files[split]()
+        return ProceduralTasks(FunctionTasks(), seed=self.seed, split=split)
+
+    def reference(self, task: Task) -> str | None:
+        solution = task.answer.get("canonical_solution") if isinstance(task.answer, dict) else None
+        return f"```python\n{solution}```" if isinstance(solution, str) else None
+
+    def score(self, task: Task, completion: str) -> Score:
+        if not isinstance(task.answer, dict):
+            return Score.zero(Status.GOLD_ERROR, f"task {task.id} has no code task in its answer")
+        return self.verifier.score(task.answer, completion)
+
+    def close(self) -> None:
+        self.verifier.close()
+
+
+class CodeToolEnv(CodeEnv, ToolEnv):
+    name = "code-tools"
+    description = "write code with a run_tests tool for the visible tests; graded on hidden tests too"
+    system_prompt = (
+        "Write a correct Python solution. You may call run_tests(code) to run the visible tests. "
+        "When done, reply with the final code in one ```python block and no tool call."
+    )
+    max_turns = 6
+
+    def __init__(self, tasks: TaskSource | None = None, *, visible_tests: int = 1, max_turns: int = 6, **kwargs: Any):
+        if visible_tests < 1:
+            raise ValueError(f"visible_tests must be at least 1, got {visible_tests}")
+        super().__init__(tasks, **kwargs)
+        self.visible_tests, self.max_turns = visible_tests, max_turns
+
+    def tool_functions(self) -> Sequence[Callable[..., Any]]:
+        return [self.run_tests]
+
+    def run_tests(self, code: str) -> str:
+        """Run the visible tests of the task on your code and report which pass.
+
+        Args:
+            code: the complete solution, as you would submit it.
+        """
+        assert self.task is not None
+        try:
+            parsed = parse_task(self.task.answer)
+        except TaskFormatError as exc:
+            return f"Error: this task is malformed ({exc})"
+        visible = parsed if parsed.format == "pytest" else replace(parsed, tests=parsed.tests[: self.visible_tests])
+        score = self.verifier.score(visible, code if "```" in code else f"```python\n{code}\n```")
+        if score.status == Status.INFRA_ERROR:
+            return f"Error: the test runner failed ({score.reason}); try again"
+        return score.reason

@@ -1,0 +1,316 @@
+"""The code verifier, its task formats and options, the code environments and `ludus verify code`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ludus.cli import main
+from ludus.core.types import Message, ToolCall
+from ludus.envs.code import CodeEnv, CodeToolEnv
+from ludus.sandbox import Limits
+from ludus.sandbox.plain import NotPlain, decode, encode
+from ludus.tasks.code import load_code_tasks
+from ludus.tasks.loaders import TaskFileError
+from ludus.verifiers.code import (
+    CodeVerifier,
+    TaskFormatError,
+    extract_code,
+    infer_format,
+    outputs_match,
+    parse_task,
+    solution_program,
+)
+
+ADD = {
+    "prompt": 'def add(a, b):\n    """Return a + b."""\n',
+    "entry_point": "add",
+    "test": "METADATA = {}\n\ndef check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
+    "    assert candidate(10, 5) == 15\n    assert candidate(0, 0) == 0\n\ncheck(add)\n",
+}
+SQUARE_MBPP = {
+    "text": "Square a number.",
+    "test_list": ["assert sq(2) == 4", "assert sq(3) == 9", "assert sq(-4) == 16"],
+}
+SUM_STDIO = {"inputs": ["1 2\n", "3 4\n", "10 -3\n"], "outputs": ["3\n", "7\n", "7\n"]}
+DOUBLE_PYTEST = {
+    "test": "import pytest\nfrom solution import double\n\ndef test_small():\n    assert double(2) == 4\n\n"
+    "@pytest.mark.parametrize('x', [0, 5, -3])\ndef test_many(x):\n    assert double(x) == 2 * x\n"
+}
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with CodeVerifier(workers=2, test_timeout_s=2, limits=Limits(wall_s=10, cpu_s=10), backend="bwrap") as v:
+        yield v
+
+
+# ---- tasks and completions ----
+
+
+def test_formats_are_inferred_or_named():
+    assert infer_format(ADD) == "humaneval"
+    assert infer_format(SQUARE_MBPP) == "mbpp"
+    assert infer_format(SUM_STDIO) == "stdio"
+    assert infer_format({"input_output": "{}"}) == "stdio"
+    assert infer_format(DOUBLE_PYTEST) == "pytest"
+    assert infer_format({**SUM_STDIO, "format": "stdio"}) == "stdio"
+    with pytest.raises(TaskFormatError, match="format"):
+        infer_format({"format": "cobol"})
+    with pytest.raises(TaskFormatError, match="cannot tell"):
+        infer_format({"question": "?"})
+
+
+def test_humaneval_check_body_becomes_one_test_per_assert():
+    task = parse_task(
+        {
+            "prompt": "def f(x):\n",
+            "entry_point": "f",
+            "test": "import math\ndef check(c):\n    import math\n    y = c(1)\n    assert y == 2\n"
+            "    for i in range(3):\n        assert c(i) == i + 1\n    assert math.isclose(c(0.5), 1.5)\n",
+        }
+    )
+    assert [t.id for t in task.tests] == ["assert_0", "assert_1", "assert_2"]
+    assert task.tests[0].code == "y = c(1)\nassert y == 2"  # a statement using the candidate goes with its test
+    assert "import math" in task.setup and "c = candidate" in task.setup
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"prompt": "x", "entry_point": "f", "test": "def check(candidate): pass"}, "no assert"),
+        ({"prompt": "x", "entry_point": "f", "test": "def nope(candidate): assert 1"}, "check"),
+        ({"prompt": "x", "entry_point": "1f", "test": "def check(c): assert 1"}, "entry_point"),
+        ({"prompt": "x", "entry_point": "f", "test": "def check(c):\n assert ("}, "not valid Python"),
+        ({"test_list": []}, "test_list"),
+        ({"test_list": ["assert f(1) =="]}, "test_list"),
+        ({"inputs": ["1"], "outputs": []}, "equal length"),
+        ({"inputs": "1", "outputs": "1"}, "inputs"),
+        ({"input_output": "{not json"}, "input_output"),
+        ({"input_output": {"fn_name": "f", "inputs": [[1]], "outputs": [1]}}, "fn_name"),
+        ({"format": "pytest", "test": "def test_x(:"}, "not valid Python"),
+    ],
+)
+def test_malformed_tasks_name_the_field(row, field):
+    with pytest.raises(TaskFormatError, match=field):
+        parse_task(row)
+
+
+def test_extract_code_takes_the_last_python_block():
+    assert extract_code("Here:\n```python\nx = 1\n```\nand better:\n```py\nx = 2\n```\nDone.") == "x = 2\n"
+    assert extract_code("```\nprint(1)\n```") == "print(1)\n"
+    assert extract_code("    return a + b") == "    return a + b\n"  # a body continuing the prompt keeps its indent
+    assert extract_code("```python\nunclosed = True\n") == "unclosed = True\n"
+    assert extract_code("```js\nlet x\n```") is None
+    assert extract_code("   \n") is None
+
+
+def test_solution_program_continues_the_prompt_or_keeps_a_full_function():
+    task = parse_task({**ADD, "prompt": "from typing import List\n\ndef add(a, b):\n"})
+    assert solution_program(task, "    return a + b\n").startswith(
+        "from typing import List\n\ndef add(a, b):\n    return"
+    )
+    full = solution_program(task, "def add(a, b):\n    return a + b\n")
+    assert full == "from typing import List\ndef add(a, b):\n    return a + b\n"
+
+
+def test_outputs_match_rules():
+    assert outputs_match("3\n", "3")
+    assert outputs_match("1 2  \n3\n\n", "1 2\n3")
+    assert outputs_match("0.3333333\n", "0.33333333")
+    assert not outputs_match("0.334\n", "0.333")
+    assert not outputs_match("3 4", "3")
+    assert outputs_match("inf", "inf")  # identical tokens compare as text
+    assert not outputs_match("1e400", "inf")  # numbers only match when finite
+    assert not outputs_match("YES", "yes")
+
+
+def test_plain_values_round_trip_and_refuse_objects():
+    value = {"a": [1, 2.5, None, True], (1, "x"): {3, 4}, "big": 2**100, "f": float("inf"), "b": b"\x00", "c": 1j}
+    assert decode(encode(value)) == value
+    assert type(decode(encode((1, [2])))) is tuple
+
+    class Rigged(int):
+        def __eq__(self, other):
+            return True
+
+    for bad in (Rigged(3), object(), [1, print], {"k": Rigged(1)}):
+        with pytest.raises(NotPlain):
+            encode(bad)
+    for forged in ('{"int": 5}', '{"evil": 1}', '{"dict": [[[1], 2]]}', "NaN", '{"tuple": 1}'):
+        with pytest.raises((NotPlain, ValueError)):
+            decode(forged)
+
+
+# ---- grading ----
+
+
+@pytest.mark.parametrize(
+    ("task", "good", "bad"),
+    [
+        (ADD, "    return a + b\n", "    return a - b\n"),
+        (SQUARE_MBPP, "```python\ndef sq(x):\n    return x * x\n```", "def sq(x):\n    return abs(x) * 2\n"),
+        (SUM_STDIO, "a, b = map(int, input().split())\nprint(a + b)", "print(7)"),
+        (DOUBLE_PYTEST, "def double(x):\n    return x * 2", "def double(x):\n    return x + 2"),
+    ],
+    ids=["humaneval", "mbpp", "stdio", "pytest"],
+)
+def test_each_format_grades_right_and_wrong_solutions(verifier, task, good, bad):
+    right = verifier.score(task, good)
+    assert (right.value, right.status) == (1.0, "correct"), right
+    assert right.components["passed"] == right.components["total"] >= 3
+    wrong = verifier.score(task, bad)
+    assert wrong.value == 0.0 and wrong.status == "wrong", wrong
+    assert wrong.components["passed"] < wrong.components["total"]
+
+
+def test_partial_credit_pays_the_fraction_passed():
+    with CodeVerifier(workers=1, partial_credit=True, backend="bwrap") as v:
+        score = v.score(SQUARE_MBPP, "def sq(x):\n    return 4 if x == 2 else 9")
+    assert (score.value, score.status) == (pytest.approx(2 / 3), "partial")
+
+
+def test_prune_stops_at_the_first_failure():
+    with CodeVerifier(workers=1, prune=True, backend="bwrap") as v:
+        score = v.score(SUM_STDIO, "print(3)")
+    assert score.components == {"passed": 1.0, "total": 3.0}
+    assert "case_1 failed" in score.reason
+
+
+def test_shuffle_changes_the_order_tests_run_in():
+    task = {"test_list": [f"assert log({i}) == {i}" for i in range(8)]}
+    solution = "import sys\ndef log(i):\n    print(i, file=sys.stderr)\n    return i"
+    with CodeVerifier(workers=1, shuffle=True, prune=True, seed=3, backend="bwrap", cache_size=0) as v:
+        failing = "def log(i):\n    return -1"
+        reasons = {v.score(task, failing).reason.split(";")[1] for _ in range(6)}
+        assert v.score(task, solution).value == 1.0
+    assert len(reasons) > 1  # the first failing test differs between runs
+
+
+def test_identical_pairs_come_from_the_cache(verifier):
+    first = verifier.score(ADD, "    return a + b  # cached\n")
+    sandbox = verifier._candidates
+    verifier._candidates = None  # a cache miss would now have to build a fresh pool
+    try:
+        assert verifier.score(ADD, "    return a + b  # cached\n") is first
+    finally:
+        verifier._candidates = sandbox
+
+
+def test_statuses_for_broken_solutions(verifier):
+    assert verifier.score(ADD, "no code here ```sh\nls\n```").status == "no_answer"
+    syntax = verifier.score(ADD, "def add(a, b)\n    return a + b")
+    assert syntax.status == "wrong" and "SyntaxError" in syntax.reason
+    loop = verifier.score(ADD, "    while True:\n        pass\n")
+    assert loop.status == "timeout" and loop.value == 0.0
+    assert verifier.score({"format": "mbpp"}, "x").status == "gold_error"
+    raises = verifier.score(SQUARE_MBPP, "def sq(x):\n    raise ValueError('no')")
+    assert raises.status == "wrong" and "ValueError" in raises.reason
+
+
+def test_builtin_exceptions_keep_their_class_for_tests_that_expect_them(verifier):
+    task = {"test_list": ["try:\n    f(-1)\n    assert False\nexcept ValueError:\n    pass", "assert f(2) == 2"]}
+    assert verifier.score(task, "def f(x):\n    if x < 0: raise ValueError\n    return x").value == 1.0
+    assert verifier.score(task, "def f(x):\n    if x < 0: raise TypeError\n    return x").value == 0.0
+
+
+def test_task_setup_errors_are_gold_errors_not_model_failures(verifier):
+    task = {"test_list": ["assert f(1) == 1"], "test_setup_code": "import no_such_module_anywhere"}
+    assert verifier.score(task, "def f(x): return x").status == "gold_error"
+
+
+def test_score_many_keeps_order(verifier):
+    pairs = [(SQUARE_MBPP, "def sq(x): return x*x"), (SQUARE_MBPP, "def sq(x): return x"), (ADD, "    return a+b\n")]
+    assert [s.value for s in verifier.score_many(pairs)] == [1.0, 0.0, 1.0]
+
+
+# ---- loaders, environments, CLI ----
+
+
+def test_load_code_tasks_reads_every_format_and_names_bad_rows(tmp_path):
+    good = tmp_path / "tasks.jsonl"
+    rows = [
+        ADD,
+        SQUARE_MBPP,
+        {**SUM_STDIO, "question": "Add two numbers."},
+        {**DOUBLE_PYTEST, "prompt": "Write double."},
+    ]
+    good.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    tasks = load_code_tasks(good)
+    assert [tasks.get(i).info["format"] for i in range(4)] == ["humaneval", "mbpp", "stdio", "pytest"]
+    assert "assert sq(2) == 4" in tasks.get(1).prompt and "assert sq(3)" not in tasks.get(1).prompt
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(ADD) + "\n" + json.dumps({"test_list": ["assert f("]}) + "\n")
+    with pytest.raises(TaskFileError, match="line 2.*test_list"):
+        load_code_tasks(bad)
+    no_prompt = tmp_path / "noprompt.jsonl"
+    no_prompt.write_text(json.dumps(SUM_STDIO) + "\n")
+    with pytest.raises(TaskFileError, match="line 1.*prompt"):
+        load_code_tasks(no_prompt)
+
+
+def test_code_env_grades_a_file_task(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(SQUARE_MBPP) + "\n")
+    env = CodeEnv(path=str(path), workers=1, backend="bwrap")
+    try:
+        obs = env.reset(env.default_tasks().get(0), seed=0)
+        assert "Square a number." in obs.messages[-1].content
+        result = env.step("```python\ndef sq(x):\n    return x ** 2\n```")
+        assert result.terminated and result.reward == 1.0
+    finally:
+        env.close()
+
+
+def test_code_tools_env_runs_only_visible_tests_then_grades_hidden_ones(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(SQUARE_MBPP) + "\n")
+    env = CodeToolEnv(path=str(path), workers=1, backend="bwrap", visible_tests=1)
+    try:
+        env.reset(env.default_tasks().get(0), seed=0)
+        overfit = "def sq(x):\n    return 4"
+        call = ToolCall("run_tests", {"code": overfit}, id="c1")
+        tool_step = env.step(Message("assistant", "", tool_calls=[call]))
+        assert not tool_step.terminated
+        assert tool_step.observation.messages[0].content == "all 1 tests passed"
+        final = env.step(f"```python\n{overfit}\n```")
+        assert final.terminated and final.reward == 0.0 and final.score.components["total"] == 3.0
+    finally:
+        env.close()
+
+
+def test_cli_verify_code_scores_lines_and_reports_malformed_ones(tmp_path, capsys):
+    source = tmp_path / "in.jsonl"
+    lines = [
+        json.dumps({"task": ADD, "completion": "    return a + b\n"}),
+        "{broken json",
+        json.dumps({"task": {**SUM_STDIO, "format": "stdio"}, "completion": "print(3)"}),
+        json.dumps({"task": "not an object", "completion": "x"}),
+        json.dumps({"completion": "no task"}),
+        json.dumps(
+            {
+                "task": {"inputs": ["1"], "outputs": ["1"]},
+                "completion": "import sys\nsys.stdout.buffer.write(bytes(range(256)) * 50)",
+            }
+        ),
+    ]
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["verify", "code", str(source), "-o", str(out), "--workers", "2", "--backend", "bwrap"]) == 0
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["reward"], r["status"], r["passed"], r["total"]) for r in written] == [
+        (1.0, "correct", 4, 4),
+        (0.0, "wrong", 1, 3),
+        (0.0, "wrong", 0, 1),
+    ]
+    assert all(r["reason"] for r in written)
+    printed = capsys.readouterr().err  # the report goes to stderr, the scored lines to -o or stdout
+    for number in (2, 4, 5):
+        assert f"skipped line {number}" in printed
+
+
+def test_cli_doctor_reports_bubblewrap(capsys):
+    assert main(["doctor"]) == 0
+    printed = capsys.readouterr().err
+    assert "bwrap" in printed and "namespaces" in printed
