@@ -154,12 +154,7 @@ class TinyPolicy(TrainablePolicy):
         self, conversations: list[list[Message]], sampling: SamplingParams, generator: torch.Generator | None = None
     ) -> list[Completion]:
         prompts = [self.tokenizer.render(c) for c in conversations]
-        too_long = [len(p) for p in prompts if len(p) + sampling.max_tokens > self.config.max_len]
-        if too_long:
-            raise ValueError(
-                f"a prompt of {max(too_long)} tokens plus max_tokens={sampling.max_tokens} exceeds the tiny model's "
-                f"context of {self.config.max_len}; shorten the prompt, lower max_tokens or raise max_len"
-            )
+        self._check_fits(max(map(len, prompts)), sampling.max_tokens)
         was_training = self.module.training
         self.module.eval()
         try:
@@ -214,11 +209,22 @@ class TinyPolicy(TrainablePolicy):
             )
         return results
 
+    def _check_fits(self, prompt_tokens: int, completion_tokens: int) -> None:
+        if prompt_tokens + completion_tokens > self.config.max_len:
+            raise ValueError(
+                f"a prompt of {prompt_tokens} tokens plus {completion_tokens} completion tokens exceeds the tiny "
+                f"model's context of {self.config.max_len}; shorten the prompt, lower max_tokens or raise "
+                "max_len (e.g. --tiny '{max_len: 512}')"
+            )
+
     def token_logprobs(
         self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rows = [p + c for p, c in zip(prompt_ids, completion_ids, strict=True)]
         width, t_max = max(map(len, rows)), max(map(len, completion_ids))
+        if width > self.config.max_len:
+            longest = max(range(len(rows)), key=lambda i: len(rows[i]))
+            self._check_fits(len(prompt_ids[longest]), len(completion_ids[longest]))
         ids = torch.full((len(rows), width), PAD, dtype=torch.long)
         for i, r in enumerate(rows):  # right padding: positions are plain 0..width-1
             ids[i, : len(r)] = torch.tensor(r)
