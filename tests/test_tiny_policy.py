@@ -68,3 +68,5 @@ def test_prompt_longer_than_context_is_a_clear_error():
     policy = TinyPolicy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=16), seed=0)
     with pytest.raises(ValueError, match="context"):
         policy.generate([[Message("user", "x" * 20)]], SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="max_len"):  # training on too long a sequence says so too
+        policy.token_logprobs([list(range(1, 13))], [list(range(1, 9))])
