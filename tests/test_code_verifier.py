@@ -215,6 +215,33 @@ def test_builtin_exceptions_keep_their_class_for_tests_that_expect_them(verifier
     assert verifier.score(task, "def f(x):\n    if x < 0: raise TypeError\n    return x").value == 0.0
 
 
+@pytest.mark.parametrize(
+    ("task", "completion"),
+    [
+        (
+            {
+                "prompt": "def f(x):\n",
+                "entry_point": "f",
+                "test": "def check(candidate):\n    assert abs(candidate(1) - 7) < 1e-9\n",
+            },
+            "def abs(x):\n    return 0\ndef f(x):\n    return 99",
+        ),
+        (
+            {"test_list": ["assert len(f(3)) == 3", "assert sorted(f(2)) == [0, 1]"]},
+            "def len(x): return 3\ndef sorted(x): return [0, 1]\ndef f(n): return 'x'",
+        ),
+        (
+            {"format": "pytest", "test": "from solution import *\n\ndef test_f():\n    assert len(f()) == 5\n"},
+            "def len(x): return 5\ndef f(): return ''",
+        ),
+    ],
+    ids=["humaneval-abs", "mbpp-len-sorted", "pytest-star-import-len"],
+)
+def test_a_solution_cannot_redefine_the_builtins_the_tests_use(verifier, task, completion):
+    score = verifier.score(task, completion)
+    assert (score.value, score.status) == (0.0, "wrong"), score
+
+
 def test_task_setup_errors_are_gold_errors_not_model_failures(verifier):
     task = {"test_list": ["assert f(1) == 1"], "test_setup_code": "import no_such_module_anywhere"}
     assert verifier.score(task, "def f(x): return x").status == "gold_error"

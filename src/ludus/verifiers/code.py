@@ -388,6 +388,7 @@ class CodeVerifier:
             "tests": [{"id": t.id, "code": t.code} for t in ordered],
             "setup": task.setup,
             "bind": {"candidate": task.entry_point} if task.entry_point else {},
+            "bind_by_name": task.format == "mbpp",
             "test_file": task.test_file,
             "module": task.module,
             "prune": self.prune,

@@ -147,21 +147,31 @@ def _run(payload: dict) -> dict:
     return report
 
 
+def _solution_functions(names: dict) -> list[str]:
+    """The solution's functions a test may call by name. Never a builtin's name: a solution
+    defining ``len`` or ``abs`` must not change what the tests' own ``len`` or ``abs`` compute."""
+    return [n for n, kind in names.items() if kind == "callable" and n.isidentifier() and not hasattr(builtins, n)]
+
+
 def _run_statements(payload: dict, link: Link, names: dict) -> dict:
-    """Tests as statements (HumanEval asserts, MBPP asserts) against bound remote functions."""
+    """Tests as statements (HumanEval asserts, MBPP asserts) against bound remote functions.
+
+    HumanEval tests reach the solution only as ``candidate``; MBPP tests call its functions
+    by name, so those (minus anything the test setup defines) are bound too."""
     namespace: dict = {"__name__": "__tests__"}
-    for name, kind in names.items():
-        if kind == "callable" and name.isidentifier():
-            namespace[name] = Remote(link, name)
-    for alias, target in payload.get("bind", {}).items():
+    aliases = payload.get("bind", {})
+    for alias, target in aliases.items():
         namespace[alias] = Remote(link, target)
     calls_before = link.calls
     try:
         exec(compile(payload.get("setup", ""), "<test setup>", "exec"), namespace)
     except BaseException as exc:  # noqa: BLE001
         return {"loaded": True, "setup_error": _message(exc), "setup_called_solution": link.calls > calls_before}
-    for alias, target in payload.get("bind", {}).items():  # setup must not shadow the solution's functions
+    for alias, target in aliases.items():  # setup must not shadow the solution's functions
         namespace[alias] = Remote(link, target)
+    if payload.get("bind_by_name"):
+        for name in _solution_functions(names):
+            namespace.setdefault(name, Remote(link, name))
     results: dict[str, dict] = {}
     for test in payload["tests"]:
         started = time.monotonic()
@@ -187,9 +197,10 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
     import pytest  # noqa: PLC0415 - only this format needs it
 
     module = types.ModuleType(payload["module"])
-    for name, kind in names.items():
-        if name.isidentifier():
-            setattr(module, name, Remote(link, name) if kind == "callable" else _fetch(link, name))
+    public = [n for n in names if n.isidentifier() and not hasattr(builtins, n)]  # see _solution_functions
+    for name in public:
+        setattr(module, name, Remote(link, name) if names[name] == "callable" else _fetch(link, name))
+    module.__all__ = [n for n in public if not n.startswith("_")]
     sys.modules[payload["module"]] = module
     os.makedirs("tests_ludus", exist_ok=True)
     path = os.path.join("tests_ludus", "test_task.py")
