@@ -242,6 +242,25 @@ def test_a_solution_cannot_redefine_the_builtins_the_tests_use(verifier, task, c
     assert (score.value, score.status) == (0.0, "wrong"), score
 
 
+def test_a_crash_is_not_the_exception_a_lenient_test_expects(verifier):
+    task = {"test_list": ["assert f(1) == 1", "try:\n    f(-1)\n    assert False\nexcept:\n    pass"]}
+    assert verifier.score(task, "def f(x):\n    if x < 0: raise ValueError\n    return x").value == 1.0
+    for exit_call in ("import os; os._exit(0)", "import time; time.sleep(60)"):
+        score = verifier.score(task, f"def f(x):\n    if x < 0: {exit_call}\n    return x")
+        assert score.value == 0.0 and score.components["passed"] == 1.0, score
+
+
+def test_pytest_tests_that_swallow_a_crash_still_fail(verifier):
+    task = {
+        "format": "pytest",
+        "test": "from solution import f, LIMIT\n\ndef test_a():\n    assert f(1) == 1\n\n"
+        "def test_b():\n    try:\n        f(-1)\n    except BaseException:\n        pass\n",
+    }
+    assert verifier.score(task, "LIMIT = 3\ndef f(x):\n    if x < 0: raise ValueError\n    return x").value == 1.0
+    crash = verifier.score(task, "LIMIT = 3\ndef f(x):\n    if x < 0: import os; os._exit(0)\n    return x")
+    assert crash.value == 0.0 and crash.status == "wrong", crash
+
+
 def test_task_setup_errors_are_gold_errors_not_model_failures(verifier):
     task = {"test_list": ["assert f(1) == 1"], "test_setup_code": "import no_such_module_anywhere"}
     assert verifier.score(task, "def f(x): return x").status == "gold_error"

@@ -32,8 +32,11 @@ MAX_REPLY = 64 * 1024 * 1024
 MESSAGE_CHARS = 400
 
 
-class SolutionGone(Exception):
-    """The solution process died or stopped answering; no later call can succeed."""
+class SolutionGone(BaseException):
+    """The solution process died or stopped answering; no later call can succeed.
+
+    A BaseException, so a test's ``except Exception`` (written for "must raise") cannot
+    mistake a crash or a hang for the expected error; the test fails either way (see _run_statements)."""
 
 
 class CallTimeout(SolutionGone):
@@ -186,6 +189,8 @@ def _run_statements(payload: dict, link: Link, names: dict) -> dict:
             outcome, message = "failed", _message(exc) if str(exc) else "assertion failed"
         except BaseException as exc:  # noqa: BLE001
             outcome, message = "error", _message(exc)
+        if outcome == "passed" and link.gone:  # the test swallowed the crash; it still failed
+            outcome, message = ("timeout" if "did not answer" in link.gone else "crashed"), link.gone
         results[test["id"]] = {"outcome": outcome, "message": message, "seconds": round(time.monotonic() - started, 4)}
         if outcome != "passed" and payload.get("prune"):
             break
@@ -223,6 +228,8 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
                 self.errors.append(str(report.longrepr)[-MESSAGE_CHARS:])
 
         def pytest_runtest_logreport(self, report):
+            if link.gone and report.passed:  # the solution died or hung: nothing after that counts
+                report.outcome, report.longrepr = "failed", link.gone
             current = self.results.get(report.nodeid)
             if report.when == "call" or (report.outcome != "passed" and current is None):
                 outcome = "passed" if report.passed and not hasattr(report, "wasxfail") else "failed"
@@ -254,7 +261,7 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
 def _fetch(link: Link, name: str):
     try:
         return link.request({"get": name})
-    except Exception as exc:  # noqa: BLE001 - an attribute the tests may never touch
+    except (Exception, SolutionGone) as exc:  # noqa: BLE001 - an attribute the tests may never touch
         return _Unavailable(name, _message(exc))
 
 
