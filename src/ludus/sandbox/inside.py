@@ -3,26 +3,28 @@
 Standard library only: the host ships this file into the sandbox as source (it is not
 imported from the ludus package there, so the package stays out of the sandbox's reach).
 
-One worker serves one execution at a time, over a control socket (fd 3) to the host:
+One worker serves one execution at a time, over a control socket to the host:
 
-    host ──run request──▶ worker ──fork──▶ A ──unshare(user, mount, ipc, pid)──fork──▶ B (pid 1)
-                                                                                      runs the code
+    host ──run request──▶ worker ──clone(new user, mount, IPC, PID namespaces)──▶ child (pid 1)
+                                                                                 runs the code
 
-* A (our code only) enters fresh namespaces, mounts a private tmpfs on /tmp and /dev/shm and
-  hides /proc, then forks B, which is process 1 of a new PID namespace. When B exits or is
-  killed, the kernel kills everything left in that namespace: nothing outlives an execution.
-* B sets the resource limits, closes every inherited descriptor, and runs the program: Python
-  code in-process (the warm path: the interpreter and its imports are already loaded) or any
-  executable. Executions never share a writable file: each one has its own tmpfs.
-* The worker reads B's stdout/stderr with caps, enforces the wall-clock deadline, and reports
-  one JSON reply. The host may send ``{"op": "kill"}`` while an execution runs.
+* The child (still running our code) maps its user, mounts a private tmpfs on /tmp and
+  /dev/shm, hides /proc, sets the resource limits, drops every capability and closes every
+  inherited descriptor; it then tells the worker it is ready (a byte on a pipe it closes
+  before running anything untrusted) and runs the program: Python code in-process (the warm
+  path: the interpreter and its imports are already loaded) or any executable.
+* It is process 1 of its PID namespace: when it exits or is killed, the kernel kills
+  everything left in that namespace, so nothing outlives an execution. Executions never
+  share a writable file: each one has its own tmpfs.
+* The worker reads the child's stdout/stderr with caps, enforces the wall-clock deadline,
+  and reports one JSON reply. The host may send ``{"op": "kill"}`` while an execution runs.
 
 Isolation levels (``boot["isolate"]``; the worker reports the one it reached):
 
 * ``namespaces`` — the above; the worker itself runs under bubblewrap.
 * ``worker`` — bubblewrap, but this kernel or its security policy refuses nested namespaces:
-  A becomes a child subreaper and kills B's leftover descendants, and /tmp and /dev/shm (the
-  worker's own tmpfs) are emptied after every execution.
+  the child is a plain fork in its own process group; the worker (a child subreaper) kills
+  whatever it left behind, and empties /tmp and /dev/shm (its own tmpfs) after every execution.
 * ``none`` — the unisolated fallback (no bubblewrap): as ``worker``, with a private temporary
   directory instead of a private /tmp.
 """
@@ -53,8 +55,8 @@ except ImportError:  # pragma: no cover - imported on the host for its constants
 
 HEADER = struct.Struct("!I")
 MAX_FRAME = 256 * 1024 * 1024
-EXIT_MEMORY = 204  # B's exit code after a MemoryError (only a hint: B is untrusted)
-EXIT_SETUP = 205  # A or B could not set up; B's failure is only believed via the ready byte
+EXIT_MEMORY = 204  # the exit code after a MemoryError (only a hint: the program could fake it, to its loss)
+EXIT_SETUP = 205  # the child could not set up (told apart from the program by the ready byte, not this code)
 READY_FD = 512
 
 CLONE_NEWNS = 0x00020000
@@ -68,6 +70,7 @@ SECURE_NO_CAPS = 0x2F  # NOROOT, NO_SETUID_FIXUP and KEEP_CAPS, each locked: exe
 WORKDIR = "/tmp/work"
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_outer_ids = (0, 0)
 
 
 # ---- framing: a 4-byte length, then JSON; descriptors ride on the first byte ----
@@ -120,6 +123,8 @@ def main(ctrl: socket.socket, boot: dict) -> None:
         except Exception:  # noqa: BLE001 - a missing optional module only costs speed
             pass
     level, detail = boot["isolate"], ""
+    global _outer_ids
+    _outer_ids = (os.getuid(), os.getgid())  # inside a fresh user namespace they read as 65534 until mapped
     if level == "namespaces":
         detail = _probe_namespaces()
         if detail:
@@ -143,9 +148,9 @@ def main(ctrl: socket.socket, boot: dict) -> None:
 
 
 def _probe_namespaces() -> str:
-    """'' when a child can enter fresh namespaces here, else why not."""
+    """'' when a child can be cloned into fresh namespaces here, else why not."""
     r, w = os.pipe()
-    pid = os.fork()
+    pid = _spawn(isolated=True)
     if pid == 0:
         os.close(r)
         try:
@@ -157,73 +162,110 @@ def _probe_namespaces() -> str:
     os.close(w)
     with os.fdopen(r, "rb") as fh:
         why = fh.read().decode("utf-8", "replace")
+    if pid < 0:
+        return why or "clone into new namespaces failed: " + os.strerror(-pid)
     _, status = os.waitpid(pid, 0)
     return "" if status == 0 else why or f"probe exited with status {status}"
 
 
+_pyapi = ctypes.pythonapi
+_syscall = ctypes.PyDLL(None, use_errno=True).syscall  # PyDLL: the GIL stays held, as in os.fork
+_syscall.restype = ctypes.c_long
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+
+
+def _spawn(isolated: bool) -> int:
+    """Fork; with ``isolated``, straight into new user, mount, IPC and PID namespaces (one
+    clone call, so the child is process 1 of its PID namespace and needs no helper parent).
+    Returns 0 in the child, the pid in the parent, or -errno if the clone failed."""
+    if not isolated:
+        return os.fork()
+    if SYS_CLONE is None:
+        return -38  # ENOSYS: an architecture whose clone() argument order we do not know
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | signal.SIGCHLD
+    _pyapi.PyOS_BeforeFork()
+    pid = _syscall(SYS_CLONE, ctypes.c_ulong(flags), None, None, None, None)
+    if pid == 0:
+        _pyapi.PyOS_AfterFork_Child()
+        return 0
+    errno = ctypes.get_errno()
+    _pyapi.PyOS_AfterFork_Parent()
+    return pid if pid > 0 else -errno
+
+
 def execute(ctrl: socket.socket, request: dict, fds: list[int], boot: dict) -> dict:
+    """One execution: a child (cloned into fresh namespaces unless ``trusted`` or the worker
+    cannot), watched until it ends, then everything it started is gone."""
     limits = request["limits"]
-    isolate = boot["isolate"]
+    level = "trusted" if request.get("trusted") else boot["isolate"]
+    isolated = level == "namespaces"
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    status_r, status_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    workdir = WORKDIR if isolated else tempfile.mkdtemp(prefix="ludus-exec-")
     started = time.monotonic()
-    trusted = bool(request.get("trusted"))
-    workdir = tempfile.mkdtemp(prefix="ludus-exec-") if trusted else ""
-    a_pid = os.fork()
-    if a_pid == 0:
+    pid = _spawn(isolated)
+    if pid == 0:
         try:
-            os.close(out_r), os.close(err_r), os.close(status_r)
-            if trusted:  # our own code (e.g. a test runner): no namespaces, no second fork
-                _child_b(request, fds, limits, workdir, out_w, err_w, status_w)
-            _child_a(request, fds, limits, isolate, out_w, err_w, status_w)
+            os.close(out_r), os.close(err_r), os.close(ready_r)
+            if isolated:
+                _enter_namespaces(int(limits["disk_mb"]))
+            _child(request, fds, limits, workdir, out_w, err_w, ready_w)
         finally:
             os._exit(EXIT_SETUP)
-    for fd in (out_w, err_w, status_w):
+    for fd in (out_w, err_w, ready_w):
         os.close(fd)
     try:
-        return _watch(ctrl, a_pid, out_r, err_r, status_r, limits, started, trusted)
+        if pid < 0:
+            return {"status": "infra_error", "reason": "could not start the execution: " + os.strerror(-pid)}
+        reply = _watch(ctrl, pid, out_r, err_r, ready_r, limits, started)
     finally:
-        for fd in (out_r, err_r, status_r):
+        for fd in (out_r, err_r, ready_r):
             _close(fd)
-        if workdir:
+        if not isolated:
+            _kill_descendants()  # this worker is their subreaper: whatever the execution left behind
             shutil.rmtree(workdir, ignore_errors=True)
+            if level == "worker":  # the worker's /tmp and /dev/shm are private to it: leave nothing behind
+                for folder in ("/tmp", "/dev/shm"):
+                    _empty(folder)
+    return reply
 
 
-def _watch(ctrl, a_pid, out_r, err_r, status_r, limits, started, trusted) -> dict:
-    """Collect output until the execution ends, enforcing the deadline and the output cap.
-
-    Normally the child is A, which reports B's pid and B's end on the status pipe. A trusted
-    execution has no A: the child runs the code itself and only writes its ready byte there."""
+def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
+    """Collect output until the child ends, enforcing the deadline and the output cap; the reply."""
     cap = int(limits["output_bytes"])
     deadline = started + float(limits["wall_s"])
     outputs = {out_r: bytearray(), err_r: bytearray()}
     truncated = {out_r: False, err_r: False}
     sel = selectors.DefaultSelector()
-    for fd in (out_r, err_r, status_r):
+    for fd in (out_r, err_r, ready_r):
         sel.register(fd, selectors.EVENT_READ)
     sel.register(ctrl, selectors.EVENT_READ)
-    status_text, b_pid, killed_by = b"", a_pid if trusted else None, None
-    open_streams = {out_r, err_r, status_r}
-    exited_at = None
+    open_streams = {out_r, err_r, ready_r}
+    ready, killed_by, ended = b"", None, None  # ended: (wait status, rusage, when)
 
     def kill(reason: str) -> None:
         nonlocal killed_by
-        if killed_by is None:
-            killed_by = reason
-        if b_pid:
-            _kill_tree(b_pid)
+        killed_by = killed_by or reason
+        _kill_tree(pid)
 
-    while open_streams:
+    while open_streams or ended is None:
         now = time.monotonic()
-        if exited_at is not None and now > exited_at + 1.0:
-            break  # B is gone; a leftover writer (fallback mode only) must not hold us
-        if now >= deadline:
+        if ended is None:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                ended = (status, usage, now)
+        if ended is not None and (not open_streams or now > ended[2] + 0.5):
+            break  # a process it left behind (only without namespaces) must not hold us
+        if now >= deadline and killed_by != "wall":
             kill("wall")
-            if now >= deadline + 5.0:
-                break
-        wake = deadline if exited_at is None else min(deadline, exited_at + 1.0)
-        for key, _ in sel.select(timeout=max(0.01, wake - now)):
+        if now >= deadline + 5.0:
+            break
+        if not open_streams:  # the child closed its output and is about to be reaped (or is stuck)
+            time.sleep(0.0005)
+            continue
+        wake = deadline if now < deadline else deadline + 5.0
+        for key, _ in sel.select(timeout=min(0.05, max(0.001, wake - now))):
             fd = key.fd
             if fd == ctrl.fileno():
                 message, extra = recv_frame(ctrl)
@@ -238,89 +280,39 @@ def _watch(ctrl, a_pid, out_r, err_r, status_r, limits, started, trusted) -> dic
             if not chunk:
                 sel.unregister(fd)
                 open_streams.discard(fd)
-                continue
-            if fd == status_r:
-                status_text += chunk
-                for line in status_text.split(b"\n")[:-1]:
-                    if line.startswith(b"pid ") and b_pid is None:
-                        b_pid = int(line[4:])
-                        if killed_by:
-                            _kill_tree(b_pid)
-                    elif line.startswith(b"exit "):
-                        exited_at = time.monotonic()
-                continue
-            room = cap - len(outputs[fd])
-            outputs[fd] += chunk[: max(room, 0)]
-            if len(chunk) > room:
-                truncated[fd] = True
-                kill("output")
+            elif fd == ready_r:
+                ready += chunk
+            else:
+                room = cap - len(outputs[fd])
+                outputs[fd] += chunk[: max(room, 0)]
+                if len(chunk) > room:
+                    truncated[fd] = True
+                    kill("output")
     sel.close()
-    if trusted:
-        report = _wait_trusted(a_pid, deadline, kill, status_text)
-        a_status = report.get("wait_status", 0)
-    else:
-        if b_pid and killed_by is None and exited_at is None:
-            kill("host")
-        if b_pid:
-            _kill_tree(b_pid)
-        if exited_at is None:  # A never reported B's end (e.g. stuck before forking): end A too
-            _kill_tree(a_pid)
-        _, a_status = os.waitpid(a_pid, 0)
-        report = _parse_exit(status_text)
+    _kill_tree(pid)
+    if ended is None:
+        _, status, usage = os.wait4(pid, 0)
+        ended = (status, usage, time.monotonic())
     _reap_orphans()
-    wall = time.monotonic() - started
+    status, usage, _ = ended
     reply = {
         "stdout": outputs[out_r].decode("utf-8", "replace"),
         "stderr": outputs[err_r].decode("utf-8", "replace"),
         "stdout_truncated": truncated[out_r],
         "stderr_truncated": truncated[err_r],
-        "wall_s": round(wall, 4),
-        "cpu_s": report.get("cpu_s", 0.0),
-        "max_rss_mb": report.get("max_rss_mb", 0.0),
+        "wall_s": round(time.monotonic() - started, 4),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 4),
+        "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
         "exit_code": None,
         "signal": None,
     }
-    reply.update(_classify(report, killed_by, limits, os.waitstatus_to_exitcode(a_status)))
-    return reply
+    if ready != b"R":  # the child never finished its (trusted) setup: nothing the program did
+        return reply | {"status": "infra_error", "reason": "the execution could not set itself up"}
+    return reply | _classify(status, reply["cpu_s"], killed_by, limits)
 
 
-def _wait_trusted(pid: int, deadline: float, kill, status_text: bytes) -> dict:
-    """End of a trusted execution: its streams are closed; wait for it (killing it past the deadline)."""
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() >= deadline:
-            kill("wall")
-            _, status, usage = os.wait4(pid, 0)
-            break
-        time.sleep(0.002)
-    _kill_tree(pid)  # its process group: anything it left behind
-    if b"R" not in status_text:
-        return {"setup_error": "the execution could not set itself up (limits, files or descriptors)"}
-    cpu = usage.ru_utime + usage.ru_stime
-    return {"wait_status": status, "cpu_s": round(cpu, 4), "max_rss_mb": round(usage.ru_maxrss / 1024, 1)}
-
-
-def _parse_exit(status_text: bytes) -> dict:
-    """A's report: B's wait status and usage, or the setup error that kept B from running."""
-    lines = status_text.split(b"\n")
-    for line in lines:
-        if line.startswith(b"error "):
-            return {"setup_error": line[6:].decode("utf-8", "replace")}
-    for line in lines:
-        if line.startswith(b"exit "):
-            code, cpu, rss = line[5:].split()
-            return {"wait_status": int(code), "cpu_s": round(float(cpu), 4), "max_rss_mb": round(int(rss) / 1024, 1)}
-    return {}
-
-
-def _classify(report: dict, killed_by: str | None, limits: dict, a_exit: int) -> dict:
-    if "setup_error" in report:
-        return {"status": "infra_error", "reason": "sandbox setup failed: " + report["setup_error"]}
-    if "wait_status" not in report:
-        return {"status": "infra_error", "reason": f"sandbox monitor ended without a report (exit {a_exit})"}
-    code = os.waitstatus_to_exitcode(report["wait_status"])
+def _classify(wait_status: int, cpu_s: float, killed_by: str | None, limits: dict) -> dict:
+    code = os.waitstatus_to_exitcode(wait_status)
     fields = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None}
     if killed_by == "wall":
         return fields | {"status": "timeout", "reason": f"wall-clock limit of {limits['wall_s']} s"}
@@ -328,7 +320,7 @@ def _classify(report: dict, killed_by: str | None, limits: dict, a_exit: int) ->
         return fields | {"status": "killed", "reason": f"output over the {limits['output_bytes']}-byte limit"}
     if killed_by == "host":
         return fields | {"status": "killed", "reason": "stopped by the host"}
-    if code < 0 and (-code == signal.SIGXCPU or report["cpu_s"] >= float(limits["cpu_s"]) - 0.05):
+    if code < 0 and (-code == signal.SIGXCPU or cpu_s >= float(limits["cpu_s"]) - 0.05):
         return fields | {"status": "timeout", "reason": f"CPU time limit of {limits['cpu_s']} s"}
     if code == EXIT_MEMORY:
         return fields | {"status": "memory", "reason": f"memory limit of {limits['memory_mb']} MiB"}
@@ -336,46 +328,6 @@ def _classify(report: dict, killed_by: str | None, limits: dict, a_exit: int) ->
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
         return fields | {"status": "killed", "reason": f"killed by {name}"}
     return fields | {"status": "ok", "reason": ""}
-
-
-# ---- A: namespaces, then B ----
-
-
-def _child_a(request, fds, limits, isolate, out_w, err_w, status_w) -> None:
-    def report(text: str) -> None:
-        os.write(status_w, text.encode() + b"\n")
-
-    try:
-        if isolate == "namespaces":
-            _enter_namespaces(int(limits["disk_mb"]))
-            workdir = WORKDIR
-        else:
-            _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-            workdir = tempfile.mkdtemp(prefix="ludus-exec-")
-    except Exception as exc:  # noqa: BLE001
-        report(f"error {type(exc).__name__}: {exc}")
-        os._exit(EXIT_SETUP)
-    ready_r, ready_w = os.pipe()
-    b_pid = os.fork()
-    if b_pid == 0:
-        os.close(status_w)
-        os.close(ready_r)
-        _child_b(request, fds, limits, workdir, out_w, err_w, ready_w)
-    for fd in [out_w, err_w, ready_w, *fds]:
-        os.close(fd)
-    report(f"pid {b_pid}")
-    _, status, usage = os.wait4(b_pid, 0)
-    set_up = os.read(ready_r, 1) == b"R"  # written by B before any untrusted code, which cannot forge it
-    if not set_up:
-        report("error the execution could not set itself up (limits, files or descriptors)")
-    if isolate != "namespaces":
-        _kill_descendants()
-        shutil.rmtree(workdir, ignore_errors=True)
-        if isolate == "worker":  # the worker's /tmp and /dev/shm are private to it: leave nothing behind
-            for folder in ("/tmp", "/dev/shm"):
-                _empty(folder)
-    report(f"exit {status} {usage.ru_utime + usage.ru_stime:.4f} {usage.ru_maxrss}")
-    os._exit(0)
 
 
 def _empty(folder: str) -> None:
@@ -395,11 +347,10 @@ def _empty(folder: str) -> None:
 
 
 def _enter_namespaces(disk_mb: int) -> None:
-    uid, gid = os.getuid(), os.getgid()
+    """In a child just cloned into new namespaces: map our user, then private mounts."""
     # the worker is not dumpable, and a non-dumpable process cannot write its own uid_map
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID) != 0:
-        raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    uid, gid = _outer_ids
     for path, text in (
         ("/proc/self/setgroups", "deny"),
         ("/proc/self/uid_map", f"0 {uid} 1"),
@@ -425,7 +376,7 @@ def _mount(source, target, fstype, flags, data) -> None:
 # ---- B: limits, files, descriptors, then the program ----
 
 
-def _child_b(request, fds, limits, workdir, out_w, err_w, ready_w) -> None:
+def _child(request, fds, limits, workdir, out_w, err_w, ready_w) -> None:
     try:
         os.setsid()
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
