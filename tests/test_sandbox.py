@@ -234,6 +234,8 @@ def test_invalid_requests_are_refused_early(box):
         box.run("print(1)", argv=["true"])
     with pytest.raises(ValueError):
         Limits(wall_s=0)
+    with pytest.raises(ValueError, match="trusted"):
+        box.run("print(1)", trusted=True)  # model code never skips the namespaces
     escaped = box.run("print(1)", files={"../escape": "x"})
     assert escaped.status == "infra_error"
 
