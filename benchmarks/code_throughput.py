@@ -41,7 +41,6 @@ import sys
 import tempfile
 import textwrap
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ from pathlib import Path
 from string import Template as Text
 from typing import Any
 
-from ludus.sandbox import Sandbox, UnisolatedWarning
+from ludus.sandbox import Sandbox
 from ludus.sandbox.backend import bwrap_args, python_paths
 from ludus.verifiers.code import CodeVerifier
 
@@ -682,9 +681,9 @@ def run_parallel(commands: list[Callable[[], bool]], workers: int) -> tuple[int,
     return sum(outcomes), time.perf_counter() - start
 
 
-def run_subprocess(argv: list[str], cwd: str) -> bool:
+def run_subprocess(argv: list[str], cwd: str, env: dict[str, str] | None = None) -> bool:
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=SUBPROCESS_TIMEOUT_S)
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=SUBPROCESS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return False
     return done.returncode == 0
@@ -706,8 +705,11 @@ def baseline_file(pairs: list[dict[str, Any]], workers: int, scratch: Path) -> R
     return Result("baseline (b): python file.py", len(pairs), passed, seconds)
 
 
-def baseline_pytest(pairs: list[dict[str, Any]], workers: int, scratch: Path, total: int) -> Result:
-    """(a): one ``python -m pytest`` per sample, on a solution module and a test file."""
+def baseline_pytest(pairs: list[dict[str, Any]], workers: int, scratch: Path, total: int, autoload: bool) -> Result:
+    """(a): one ``python -m pytest`` per sample, on a solution module and a test file. Unless
+    ``autoload``, installed pytest plugins are not loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD=1):
+    stock pytest, so a heavy plugin that happens to be installed cannot flatter Ludus."""
+    env = None if autoload else {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
     def one(k: int, pair: dict[str, Any]) -> Callable[[], bool]:
         def go() -> bool:
@@ -717,12 +719,15 @@ def baseline_pytest(pairs: list[dict[str, Any]], workers: int, scratch: Path, to
             (folder / "solution.py").write_text(task["prompt"] + pair["completion"])
             tests = f"from solution import *  # noqa\n{task['test']}\n\ndef test_check():\n"
             (folder / "test_solution.py").write_text(tests + f"    check({task['entry_point']})\n")
-            return run_subprocess([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_solution.py"], str(folder))
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_solution.py"]
+            return run_subprocess(argv, str(folder), env)
 
         return go
 
     passed, seconds = run_parallel([one(k, p) for k, p in enumerate(pairs)], workers)
-    note = f"measured on {len(pairs)} of {total} pairs" if len(pairs) < total else ""
+    notes = [f"measured on {len(pairs)} of {total} pairs"] if len(pairs) < total else []
+    notes.append("installed plugins loaded" if autoload else "plugin autoload off")
+    note = "; ".join(notes)
     return Result("baseline (a): python -m pytest", len(pairs), passed, seconds, note)
 
 
@@ -760,21 +765,27 @@ def time_runs(run: Callable[[], bool], n: int) -> tuple[float, int]:
     return (time.perf_counter() - start) * 1000 / n, failed
 
 
-def warm_pool_ms(backend_name: str, n: int) -> tuple[float, int]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnisolatedWarning)
-        box = Sandbox(workers=1, backend_name=backend_name)  # type: ignore[arg-type]
-    with box:
+def warm_pool_ms(n: int) -> tuple[float, int]:
+    with Sandbox(workers=1, backend_name="bwrap") as box:
         box.run("pass")  # starts the worker
         return time_runs(lambda: box.run("pass").ok, n)
+
+
+def fork_once() -> bool:
+    """The unisolated floor of the warm-fork design: fork this interpreter, run ``pass``, reap it."""
+    pid = os.fork()
+    if pid == 0:
+        exec("pass")
+        os._exit(0)
+    return os.waitpid(pid, 0)[1] == 0
 
 
 def overhead(n: int) -> list[tuple[str, float, int]]:
     plain = [sys.executable, "-c", "pass"]
     cold = [*bwrap_args(python_paths()), "--", *plain]
     return [
-        ("warm bwrap pool: Sandbox.run('pass')", *warm_pool_ms("bwrap", n)),
-        ("warm pool, no isolation (process backend)", *warm_pool_ms("process", n)),
+        ("warm bwrap pool: Sandbox.run('pass')", *warm_pool_ms(n)),
+        ("os.fork of a warm interpreter (no isolation)", *time_runs(fork_once, n)),
         ("subprocess: python -c pass (no isolation)", *time_runs(lambda: subprocess.run(plain).returncode == 0, n)),
         ("cold: bwrap ... python -c pass", *time_runs(lambda: subprocess.run(cold).returncode == 0, n)),
     ]
@@ -791,6 +802,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=None, help=f"pairs to verify (default {DEFAULT_PAIRS})")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallelism of every grader")
     parser.add_argument("--baseline-a-samples", type=int, default=40, help="pairs to run baseline (a) on")
+    parser.add_argument(
+        "--pytest-autoload", action="store_true", help="let baseline (a) load the installed pytest plugins"
+    )
     parser.add_argument("--overhead-runs", type=int, default=None, help="sequential runs per overhead row (200)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 40 pairs, 50 overhead runs")
     args = parser.parse_args()
@@ -812,7 +826,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ludus-bench-") as scratch:
         b = baseline_file(pairs, workers, Path(scratch))
         print(f"  {b.name}: {b.rate:.1f}/s", flush=True)
-        a = baseline_pytest(pairs[: max(1, args.baseline_a_samples)], workers, Path(scratch), len(pairs))
+        subset = pairs[: max(1, args.baseline_a_samples)]
+        a = baseline_pytest(subset, workers, Path(scratch), len(pairs), args.pytest_autoload)
         print(f"  {a.name}: {a.rate:.2f}/s", flush=True)
     rows = overhead(runs_n)
 
@@ -831,13 +846,15 @@ def main() -> None:
     print(f"{'execution':44} {'ms/exec':>8} {'failed':>7}")
     for name, ms, failed in rows:
         print(f"{name:44} {ms:8.2f} {failed:7d}")
-    warm_bwrap, warm_plain, subproc, cold = (ms for _, ms, _ in rows)
+    warm_bwrap, fork, subproc, cold = (ms for _, ms, _ in rows)
     print(
-        f"sandbox overhead per execution: {warm_bwrap - warm_plain:+.2f} ms over a warm unisolated fork; "
+        f"sandbox overhead per execution: {warm_bwrap - fork:+.2f} ms over a bare unisolated fork; "
         f"{warm_bwrap - subproc:+.2f} ms vs. a plain python -c subprocess; a cold bwrap start costs {cold:.1f} ms"
     )
 
-    failures = problems + [f"{r.name}: {r.samples - r.passed} of {r.samples} failed" for r in (b, a) if r.passed < r.samples]
+    failures = problems + [
+        f"{r.name}: {r.samples - r.passed} of {r.samples} failed" for r in (b, a) if r.passed < r.samples
+    ]
     failures += [f"overhead row '{name}': {failed} runs failed" for name, _, failed in rows if failed]
     all_ok = not failures
     print(
