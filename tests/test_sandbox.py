@@ -164,6 +164,28 @@ print(made)
     assert int(result.stdout) < 40
 
 
+def test_total_memory_of_many_processes_is_capped_when_root(box):
+    if os.geteuid() != 0:
+        pytest.skip("non-root: RLIMIT_NPROC x RLIMIT_AS bounds the total; the cgroup cap is for root")
+    code = """
+import os, time
+kids = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:
+        b = bytearray(700 * 1024 * 1024)
+        for j in range(0, len(b), 4096):
+            b[j] = 1
+        time.sleep(3)
+        os._exit(0)
+    kids.append(pid)
+print(sum(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) == 0 for k in kids))
+"""
+    result = box.run(code, limits=Limits(memory_mb=1024, wall_s=20))
+    assert result.ok and int(result.stdout) <= 2  # 6 x 700 MiB; the worker's group holds about 1.5 GiB
+    assert box.run("print('alive')").stdout == "alive\n"
+
+
 def test_file_size_limit(box):
     result = box.run(
         "f = open('big', 'wb')\ntry:\n    f.write(b'x' * (8 << 20)); f.flush()\nexcept OSError as e:\n    print('EFBIG', e.errno)",

@@ -164,41 +164,67 @@ def bwrap_args(binds: list[str]) -> list[str]:
     return [*args, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-def worker_command(isolation: Isolation, boot_code: str, ctrl_fd: int, cgroup: Path | None) -> list[str]:
+def worker_command(isolation: Isolation, boot_code: str, ctrl_fd: int, cgroups: list[Path]) -> list[str]:
     python = [sys.executable, "-I", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
     command = [*bwrap_args(python_paths()), "--", *python] if isolation.backend == "bwrap" else python
-    if cgroup is not None:  # join the cgroup before anything of the worker runs
-        command = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *command]
+    if cgroups:  # join the cgroups before anything of the worker runs
+        join = " && ".join(f'echo $$ > "${i}/cgroup.procs"' for i in range(1, len(cgroups) + 1))
+        command = ["/bin/sh", "-c", f'{join} && shift {len(cgroups)} && exec "$@"', "sh", *map(str, cgroups), *command]
     return command
 
 
-# ---- the process limit for root ----
+# ---- totals for root: processes and memory ----
 # RLIMIT_NPROC does not apply to processes of the real root user, even inside user namespaces,
-# and a sandbox started by root runs as (mapped) root. So when ludus runs as root, each worker
-# joins its own ``pids`` cgroup whose pids.max caps all of its processes: a fork bomb stops there.
+# and a sandbox started by root runs as (mapped) root. RLIMIT_AS caps each process, not their
+# sum. So when ludus runs as root, each worker joins its own cgroups: pids.max caps all its
+# processes (a fork bomb stops there) and the memory limit caps their total (64 processes of
+# 1 GiB each cannot take the machine down; the kernel's OOM killer acts inside the group).
 
 _cgroup_counter = 0
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def pids_cgroup(max_pids: int) -> Path | None:
-    """A fresh pids cgroup limited to ``max_pids``, or None when not root or no writable controller."""
+def _cgroup_bases() -> dict[str, Path]:
+    """Where to create worker cgroups, per controller: under our own cgroup (v1) or the v2 root."""
+    bases: dict[str, Path] = {}
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in ("pids", "memory"):
+            if controller in controllers.split(",") and (CGROUP_ROOT / controllers).is_dir():
+                bases[controller] = CGROUP_ROOT / controllers / path.lstrip("/")
+    if not bases and {"pids", "memory"} <= set(_read(CGROUP_ROOT / "cgroup.controllers").split()):
+        bases = {"pids": CGROUP_ROOT, "memory": CGROUP_ROOT}  # v2: one group holds both limits
+    return bases
+
+
+def worker_cgroups(max_pids: int, memory_bytes: int) -> list[Path]:
+    """Fresh cgroups capping one worker's processes and memory; empty when not root or not writable."""
     global _cgroup_counter
     if os.geteuid() != 0:
-        return None  # RLIMIT_NPROC does the job
-    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-        if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.controllers"):
-            continue
-        _cgroup_counter += 1
-        group = root / f"ludus-{os.getpid()}-{_cgroup_counter}"
+        return []  # RLIMIT_NPROC does the job; memory is bounded by processes x RLIMIT_AS
+    _cgroup_counter += 1
+    name = f"ludus-{os.getpid()}-{_cgroup_counter}"
+    groups: dict[Path, list[tuple[str, str]]] = {}
+    for controller, base in _cgroup_bases().items():
+        v2 = base == CGROUP_ROOT
+        setting = (
+            ("pids.max", str(max_pids))
+            if controller == "pids"
+            else (("memory.max", str(memory_bytes)) if v2 else ("memory.limit_in_bytes", str(memory_bytes)))
+        )
+        groups.setdefault(base / name, []).append(setting)
+    made = []
+    for group, settings in groups.items():
         try:
-            if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.subtree_control"):
-                (root / "cgroup.subtree_control").write_text("+pids")
+            if group.parent == CGROUP_ROOT:
+                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids +memory")
             group.mkdir()
-            (group / "pids.max").write_text(str(max_pids))
-            return group
+            made.append(group)
+            for file, value in settings:
+                (group / file).write_text(value)
         except OSError:
-            remove_cgroup(group)
-    return None
+            continue
+    return made
 
 
 def remove_cgroup(group: Path | None) -> None:
@@ -215,14 +241,23 @@ def remove_cgroup(group: Path | None) -> None:
 
 
 def process_limit_note() -> str:
-    """How the per-execution process limit is enforced here, for ``ludus doctor``."""
+    """How the process and total-memory limits are enforced here, for ``ludus doctor``."""
     if os.geteuid() != 0:
-        return "RLIMIT_NPROC in each execution's user namespace"
-    group = pids_cgroup(16)
-    remove_cgroup(group)
-    if group is not None:
-        return f"a pids cgroup per worker under {group.parent} (running as root, where RLIMIT_NPROC does not apply)"
-    return "NOT ENFORCED: running as root (RLIMIT_NPROC does not apply) and no writable pids cgroup"
+        return "RLIMIT_NPROC in each execution's user namespace; memory: RLIMIT_AS per process"
+    groups = worker_cgroups(16, 1 << 30)
+    controls = sorted(
+        {
+            f.name.split(".")[0]
+            for g in groups
+            for f in g.iterdir()
+            if f.name in ("pids.max", "memory.max", "memory.limit_in_bytes")
+        }
+    )
+    for group in groups:
+        remove_cgroup(group)
+    if "pids" in controls:
+        return f"cgroups per worker ({', '.join(controls)}), as root ignores RLIMIT_NPROC"
+    return "processes NOT LIMITED: running as root (RLIMIT_NPROC does not apply) and no writable pids cgroup"
 
 
 def _read(path: Path) -> str:

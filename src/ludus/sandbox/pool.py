@@ -104,15 +104,15 @@ class WorkerDied(RuntimeError):
 
 
 class _Worker:
-    def __init__(self, isolation: backend.Isolation, spec: WorkerSpec, max_processes: int):
+    def __init__(self, isolation: backend.Isolation, spec: WorkerSpec, limits: Limits):
         host_sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = host_sock
         self.send_lock = threading.Lock()
-        # the worker's own processes (bwrap's two, the worker, A, B) come on top of the execution's
-        self.cgroup = backend.pids_cgroup(max_processes + 8)
+        # the worker's own processes (bwrap's two, the worker) and memory come on top of the execution's
+        self.cgroups = backend.worker_cgroups(limits.processes + 8, (limits.memory_mb + 512) << 20)
         try:
             self.process = subprocess.Popen(
-                backend.worker_command(isolation, BOOT, worker_sock.fileno(), self.cgroup),
+                backend.worker_command(isolation, BOOT, worker_sock.fileno(), self.cgroups),
                 pass_fds=[worker_sock.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -188,7 +188,8 @@ class _Worker:
         self.sock.close()
         if self.process.stderr:
             self.process.stderr.close()
-        backend.remove_cgroup(self.cgroup)
+        for group in self.cgroups:
+            backend.remove_cgroup(group)
 
 
 class _Spawner:
@@ -314,7 +315,7 @@ class Sandbox:
         if worker is not None:
             self._discard(worker)
         try:
-            worker = _spawn(lambda: _Worker(self.isolation, self.spec, self.limits.processes))
+            worker = _spawn(lambda: _Worker(self.isolation, self.spec, self.limits))
         except BaseException:
             self._idle.put(None)
             raise
