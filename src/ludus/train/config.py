@@ -55,7 +55,7 @@ class TrainConfig:
     lr_decay_frac: float = 0.2  # wsd: hold the lr, then decay it linearly to 0 over this last fraction of the run
     warmup_steps: int = 0
     weight_decay: float = 0.0
-    ppo_epochs: int = 1
+    ppo_epochs: int = 2
     minibatches: int = 1
     eps_low: float = 0.2
     eps_high: float = 0.28
