@@ -167,8 +167,9 @@ def bwrap_args(binds: list[str]) -> list[str]:
 def worker_command(isolation: Isolation, boot_code: str, ctrl_fd: int, cgroups: list[Path]) -> list[str]:
     python = [sys.executable, "-I", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
     command = [*bwrap_args(python_paths()), "--", *python] if isolation.backend == "bwrap" else python
-    if cgroups:  # join the cgroups before anything of the worker runs
+    if cgroups:  # join the cgroups before anything of the worker runs; its executions die first on OOM
         join = " && ".join(f'echo $$ > "${i}/cgroup.procs"' for i in range(1, len(cgroups) + 1))
+        join += " && { echo -1000 > /proc/self/oom_score_adj || true; } 2>/dev/null"  # refused on some kernels
         command = ["/bin/sh", "-c", f'{join} && shift {len(cgroups)} && exec "$@"', "sh", *map(str, cgroups), *command]
     return command
 

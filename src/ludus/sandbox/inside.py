@@ -5,8 +5,12 @@ imported from the ludus package there, so the package stays out of the sandbox's
 
 One worker serves one execution at a time, over a control socket to the host:
 
-    host ──run request──▶ worker ──clone(new user, mount, IPC, PID namespaces)──▶ child (pid 1)
-                                                                                 runs the code
+    host ──run request──▶ worker ──descriptors──▶ template ──clone(new user, mount, IPC, PID
+                             ▲                              namespaces, parent = the worker)
+                             └────── watches and reaps ──────────▶ child (pid 1): runs the code
+
+* The template was forked before the worker saw any request and never receives one, so no
+  execution inherits memory that held another's code or output (see _start_template).
 
 * The child (still running our code) maps its user, mounts a private tmpfs on /tmp and
   /dev/shm, hides /proc, sets the resource limits, drops every capability and closes every
@@ -59,6 +63,7 @@ EXIT_MEMORY = 204  # the exit code after a MemoryError (only a hint: the program
 EXIT_SETUP = 205  # the child could not set up (told apart from the program by the ready byte, not this code)
 READY_FD = 512
 
+CLONE_PARENT = 0x00008000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -71,6 +76,7 @@ WORKDIR = "/tmp/work"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _outer_ids = (0, 0)
+_template_pid = 0
 
 
 # ---- framing: a 4-byte length, then JSON; descriptors ride on the first byte ----
@@ -130,6 +136,7 @@ def main(ctrl: socket.socket, boot: dict) -> None:
         if detail:
             level = "worker"
     boot["isolate"] = level
+    template = _start_template()
     send_frame(ctrl, {"ready": True, "pid": os.getpid(), "isolation": level, "detail": detail})
     while True:
         request, fds = recv_frame(ctrl)
@@ -138,7 +145,7 @@ def main(ctrl: socket.socket, boot: dict) -> None:
         if request.get("op") == "kill":  # arrived after its execution had already ended
             continue
         try:
-            reply = execute(ctrl, request, fds, boot)
+            reply = execute(ctrl, template, request, fds, boot)
         except Exception:  # noqa: BLE001 - report, never die: the host would see a dead worker
             reply = {"status": "infra_error", "reason": "worker error: " + traceback.format_exc(limit=3)}
         finally:
@@ -174,15 +181,18 @@ _syscall.restype = ctypes.c_long
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
 
 
-def _spawn(isolated: bool) -> int:
+def _spawn(isolated: bool, parent: bool = False) -> int:
     """Fork; with ``isolated``, straight into new user, mount, IPC and PID namespaces (one
-    clone call, so the child is process 1 of its PID namespace and needs no helper parent).
+    clone call, so the child is process 1 of its PID namespace and needs no helper parent);
+    with ``parent``, the child becomes our parent's child (CLONE_PARENT).
     Returns 0 in the child, the pid in the parent, or -errno if the clone failed."""
-    if not isolated:
+    flags = signal.SIGCHLD | (CLONE_PARENT if parent else 0)
+    if isolated:
+        flags |= CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID
+    if flags == signal.SIGCHLD:
         return os.fork()
     if SYS_CLONE is None:
         return -38  # ENOSYS: an architecture whose clone() argument order we do not know
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | signal.SIGCHLD
     _pyapi.PyOS_BeforeFork()
     pid = _syscall(SYS_CLONE, ctypes.c_ulong(flags), None, None, None, None)
     if pid == 0:
@@ -193,7 +203,60 @@ def _spawn(isolated: bool) -> int:
     return pid if pid > 0 else -errno
 
 
-def execute(ctrl: socket.socket, request: dict, fds: list[int], boot: dict) -> dict:
+# ---- the template: executions are cloned from a process that never held a request ----
+# A fork copies its parent's memory, freed parts included. The worker has held earlier
+# requests and replies (a previous sample's code, its output), so an execution forked from
+# the worker could scan its own memory for them — in a GRPO group, another sample's correct
+# solution to the same task. The template is forked once at start-up, before any request;
+# it only ever receives descriptors and clones executions (as the worker's children, so the
+# worker waits on them). Each execution reads its own request from a memfd.
+
+
+def _start_template() -> socket.socket:
+    global _template_pid
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            _template_loop(theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    _template_pid = pid
+    return ours
+
+
+def _template_loop(sock: socket.socket) -> None:
+    while True:
+        order, fds = recv_frame(sock)  # {"isolated", "workdir"}; fds: request, stdout, stderr, ready, passed...
+        if order is None:
+            return
+        pid = _spawn(bool(order["isolated"]), parent=True)
+        if pid == 0:
+            sock.close()
+            try:
+                _execution(order, fds)
+            finally:
+                os._exit(EXIT_SETUP)
+        for fd in fds:
+            os.close(fd)
+        send_frame(sock, {"pid": pid})
+
+
+def _execution(order: dict, fds: list[int]) -> None:
+    """In the cloned child: read the request, enter the namespaces, set up, run (never returns)."""
+    request_fd, out_w, err_w, ready_w, *passed = fds
+    with os.fdopen(request_fd, "rb") as fh:
+        request = json.loads(fh.read())
+    limits = request["limits"]
+    _first_to_die()
+    if order["isolated"]:
+        _enter_namespaces(int(limits["disk_mb"]))
+    _child(request, passed, limits, order["workdir"], out_w, err_w, ready_w)
+
+
+def execute(ctrl: socket.socket, template: socket.socket, request: dict, fds: list[int], boot: dict) -> dict:
     """One execution: a child (cloned into fresh namespaces unless ``trusted`` or the worker
     cannot), watched until it ends, then everything it started is gone."""
     limits = request["limits"]
@@ -202,20 +265,23 @@ def execute(ctrl: socket.socket, request: dict, fds: list[int], boot: dict) -> d
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     ready_r, ready_w = os.pipe()
+    request_fd = os.memfd_create("request")
+    os.write(request_fd, json.dumps(request).encode())
+    os.lseek(request_fd, 0, os.SEEK_SET)
     workdir = WORKDIR if isolated else tempfile.mkdtemp(prefix="ludus-exec-")
     started = time.monotonic()
-    pid = _spawn(isolated)
-    if pid == 0:
-        try:
-            os.close(out_r), os.close(err_r), os.close(ready_r)
-            if isolated:
-                _enter_namespaces(int(limits["disk_mb"]))
-            _child(request, fds, limits, workdir, out_w, err_w, ready_w)
-        finally:
-            os._exit(EXIT_SETUP)
-    for fd in (out_w, err_w, ready_w):
-        os.close(fd)
     try:
+        send_frame(template, {"isolated": isolated, "workdir": workdir}, [request_fd, out_w, err_w, ready_w, *fds])
+        answer, _ = recv_frame(template)
+    except OSError as exc:
+        answer = None
+        os.write(2, f"the template process is gone ({exc})\n".encode())
+    for fd in (request_fd, out_w, err_w, ready_w):
+        os.close(fd)
+    pid = answer["pid"] if answer else -32  # EPIPE
+    try:
+        if answer is None:
+            raise SystemExit("the template process is gone")  # the host replaces this worker
         if pid < 0:
             return {"status": "infra_error", "reason": "could not start the execution: " + os.strerror(-pid)}
         reply = _watch(ctrl, pid, out_r, err_r, ready_r, limits, started)
@@ -229,6 +295,13 @@ def execute(ctrl: socket.socket, request: dict, fds: list[int], boot: dict) -> d
                 for folder in ("/tmp", "/dev/shm"):
                     _empty(folder)
     return reply
+
+
+def _first_to_die() -> None:
+    """Under memory pressure the kernel must kill the execution, never the worker: memory such
+    as a memfd is charged to nobody's resident size, so without this the worker looks largest."""
+    with open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("1000")
 
 
 def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
@@ -563,7 +636,7 @@ def _kill_tree(b_pid: int) -> None:
 
 
 def _kill_descendants() -> None:
-    """Fallback mode: kill every process reparented to this subreaper until none is left."""
+    """Without namespaces: kill every child of this subreaper but the template, until none is left."""
     me = str(os.getpid())
     for _ in range(100):
         children = []
@@ -574,7 +647,7 @@ def _kill_descendants() -> None:
                         fields = fh.read().rsplit(")", 1)[1].split()
                 except OSError:
                     continue
-                if fields[1] == me:
+                if fields[1] == me and int(entry) != _template_pid:
                     children.append(int(entry))
         if not children:
             return

@@ -17,6 +17,7 @@ import math
 
 MAX_DEPTH = 100
 MAX_ITEMS = 1_000_000
+MAX_SAME_HASH = 64  # more keys than this sharing one hash is a hash-flooding attempt, not data
 
 
 class NotPlain(TypeError):
@@ -87,15 +88,29 @@ def _dec(data, depth: int):
         return bytes.fromhex(body)
     if tag in ("tuple", "set", "frozenset") and type(body) is list:
         items = [_dec(v, depth + 1) for v in body]
+        if tag != "tuple":
+            _refuse_hash_flooding(items)
         return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
     if tag == "dict" and type(body) is list:
-        out = {}
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise NotPlain("malformed dict item")
-            out[_dec(pair[0], depth + 1)] = _dec(pair[1], depth + 1)
-        return out
+        if not all(type(pair) is list and len(pair) == 2 for pair in body):
+            raise NotPlain("malformed dict item")
+        keys = [_dec(pair[0], depth + 1) for pair in body]
+        _refuse_hash_flooding(keys)
+        return dict(zip(keys, (_dec(pair[1], depth + 1) for pair in body), strict=True))
     raise NotPlain(f"unknown plain-value tag {tag!r}")
+
+
+def _refuse_hash_flooding(keys: list) -> None:
+    """Building a set or dict of n keys with one hash costs n²/2 comparisons: refuse it first.
+    (Integers and tuples of them have predictable hashes; strings are salted per process.)"""
+    if len(keys) <= MAX_SAME_HASH:
+        return
+    counts: dict[int, int] = {}
+    for key in keys:
+        h = hash(key)
+        counts[h] = counts.get(h, 0) + 1
+        if counts[h] > MAX_SAME_HASH:
+            raise NotPlain(f"more than {MAX_SAME_HASH} keys share one hash: a hash-flooding value")
 
 
 def decode(text: str):

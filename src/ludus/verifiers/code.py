@@ -183,6 +183,25 @@ def _mentions(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
+def _prompt_helpers(prompt: str, entry_point: str) -> list[str]:
+    """The prompt's top-level statements other than the function to write (imports, helpers)."""
+    tree = None
+    for source in (prompt, prompt.rstrip() + "\n    pass\n"):  # a prompt may end at the bare signature
+        try:
+            tree = ast.parse(source)
+            break
+        except SyntaxError:
+            continue
+    if tree is None:
+        return []
+    return [
+        ast.unparse(n)
+        for n in tree.body
+        if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point)
+        and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))  # a module docstring
+    ]
+
+
 def _humaneval(row: Mapping[str, Any]) -> CodeTask:
     prompt = _field(row, "prompt", str)
     entry_point = _field(row, "entry_point", str)
@@ -199,7 +218,9 @@ def _humaneval(row: Mapping[str, Any]) -> CodeTask:
         if n is not check
         and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and _mentions(n.value.func, "check"))
     ]
-    setup, tests, pending = [ast.unparse(n) for n in module_level], [], []
+    # the tests may call helpers the prompt defines (HumanEval/32 calls poly, /38 encode_cyclic):
+    # the test side gets them from the trusted prompt, never from the solution
+    setup, tests, pending = [*_prompt_helpers(prompt, entry_point), *(ast.unparse(n) for n in module_level)], [], []
     for node in check.body:
         has_assert = any(isinstance(n, ast.Assert) for n in ast.walk(node))
         if has_assert:

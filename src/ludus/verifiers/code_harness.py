@@ -12,6 +12,7 @@ Standard library only (pytest too when the format needs it): shipped into the sa
 
 from __future__ import annotations
 
+import ast
 import builtins
 import os
 import random
@@ -81,9 +82,9 @@ class Link:
         except TimeoutError:
             self.gone = f"the solution did not answer within {timeout:g} s"
             raise CallTimeout(self.gone) from None
-        except (OSError, ValueError) as exc:
+        except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 - whatever it sent, it failed
             message, fds = None, []
-            self.gone = f"the solution broke the connection ({exc})"
+            self.gone = f"the solution sent a malformed message ({type(exc).__name__})"
         for fd in fds:
             os.close(fd)
         if message is None or type(message) is not dict:
@@ -104,8 +105,8 @@ class Link:
         if reply.get("ok") is True and type(reply.get("value")) is str:
             try:
                 return plain.decode(reply["value"])
-            except (plain.NotPlain, ValueError) as exc:
-                raise SolutionError(f"malformed value from the solution: {exc}") from None
+            except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 - NotPlain, ValueError, ...
+                raise SolutionError(f"malformed value from the solution: {type(exc).__name__}: {exc}"[:400]) from None
         error_type, text = str(reply.get("error_type", "Error")), str(reply.get("error", ""))[:MESSAGE_CHARS]
         if error_type == "NotPlain":
             raise SolutionError(f"the solution returned something that is not a plain value: {text}")
@@ -205,7 +206,9 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
     public = [n for n in names if n.isidentifier() and not hasattr(builtins, n)]  # see _solution_functions
     for name in public:
         setattr(module, name, Remote(link, name) if names[name] == "callable" else _fetch(link, name))
-    module.__all__ = [n for n in public if not n.startswith("_")]
+    # ``from solution import *`` must not replace what the test file binds itself (e.g. math.isclose)
+    own = _bound_names(payload["test_file"])
+    module.__all__ = [n for n in public if not n.startswith("_") and n not in own]
     sys.modules[payload["module"]] = module
     os.makedirs("tests_ludus", exist_ok=True)
     path = os.path.join("tests_ludus", "test_task.py")
@@ -256,6 +259,20 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
         for nodeid in collector.collected
     }
     return {"loaded": True, "results": results, "expected": collector.collected}
+
+
+def _bound_names(source: str) -> set[str]:
+    """Names a module binds at top level (imports, definitions, assignments), star imports aside."""
+    bound: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return bound
 
 
 def _fetch(link: Link, name: str):
