@@ -35,29 +35,10 @@ from ludus.sandbox.types import Execution, Limits
 HERE = Path(__file__).resolve().parent
 STARTUP_TIMEOUT_S = 60.0
 REPLY_GRACE_S = 15.0  # how long past an execution's wall limit the host waits before declaring the worker dead
-DEFAULT_WARM_IMPORTS = (
-    "collections",
-    "itertools",
-    "functools",
-    "math",
-    "re",
-    "heapq",
-    "bisect",
-    "string",
-    "typing",
-    "fractions",
-    "decimal",
-    "statistics",
-    "random",
-    "json",
-    "datetime",
-    "operator",
-    "copy",
-    "threading",
-    "hashlib",
-    "dataclasses",
-    "unittest",
-)
+# Modules model code imports most, loaded once by each worker. Every execution is a fork, and
+# a fork (and its exit) costs in proportion to the worker's memory: measured here, 0.5 ms with
+# these, 1.3 ms with twelve more (decimal, statistics, dataclasses, unittest, ...).
+DEFAULT_WARM_IMPORTS = ("collections", "itertools", "functools", "math", "re", "heapq", "bisect", "string", "typing")
 
 # The worker's first instruction: read the boot frame from the control socket, install the
 # shipped modules (never from disk: the ludus package is not in the sandbox), and serve.

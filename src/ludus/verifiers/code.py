@@ -314,25 +314,24 @@ class CodeVerifier:
         self._lock = threading.Lock()
         self._rng = random.Random(self.seed)
         self._candidates: Sandbox | None = None
-        self._harness: Sandbox | None = None
+        self._harness: dict[str, Sandbox] = {}  # test runners, with or without pytest loaded
 
     # pools start on first use, so constructing a verifier is free
-    def _pools(self) -> tuple[Sandbox, Sandbox]:
+    def _pools(self, pytest: bool = False) -> tuple[Sandbox, Sandbox]:
+        """The solutions' pool and a test-runner pool (one that has pytest loaded, if asked)."""
         with self._lock:
             if self._candidates is None:
                 self._candidates = Sandbox(self.limits, workers=self.workers, backend_name=self.backend)
-                harness_spec = WorkerSpec(
-                    modules=(shipped("ludus_code_harness", HARNESS),), warm_imports=(*DEFAULT_WARM_IMPORTS, "pytest")
-                )
-                harness_limits = replace(self.limits, wall_s=self.limits.wall_s + 10, cpu_s=self.limits.cpu_s + 10)
-                self._harness = Sandbox(
-                    harness_limits, workers=self.workers, backend_name=self.backend, spec=harness_spec
-                )
-            assert self._harness is not None
-            return self._candidates, self._harness
+            key = "pytest" if pytest else "statements"
+            if key not in self._harness:
+                warm = (*DEFAULT_WARM_IMPORTS, "pytest") if pytest else DEFAULT_WARM_IMPORTS
+                spec = WorkerSpec(modules=(shipped("ludus_code_harness", HARNESS),), warm_imports=warm)
+                limits = replace(self.limits, wall_s=self.limits.wall_s + 10, cpu_s=self.limits.cpu_s + 10)
+                self._harness[key] = Sandbox(limits, workers=self.workers, backend_name=self.backend, spec=spec)
+            return self._candidates, self._harness[key]
 
     def close(self) -> None:
-        for pool in (self._candidates, self._harness):
+        for pool in (self._candidates, *self._harness.values()):
             if pool is not None:
                 pool.close()
 
@@ -402,7 +401,7 @@ class CodeVerifier:
 
     # function calls: the solution serves calls in one sandbox, the tests run in another
     def _grade_calls(self, task: CodeTask, program: str) -> Score:
-        candidates, harness = self._pools()
+        candidates, harness = self._pools(pytest=task.format == "pytest")
         ordered = self._order(task.tests)
         payload = {
             "runner": "pytest" if task.format == "pytest" else "statements",
