@@ -68,7 +68,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 47, 4
 SECURE_NO_CAPS = 0x2F  # NOROOT, NO_SETUID_FIXUP and KEEP_CAPS, each locked: exec never grants capabilities
@@ -76,6 +76,7 @@ WORKDIR = "/tmp/work"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _outer_ids = (0, 0)
+_keep_in_tmp: list[str] = []  # bound folders under /tmp (boot["keep_in_tmp"])
 _template_pid = 0
 
 
@@ -129,8 +130,11 @@ def main(ctrl: socket.socket, boot: dict) -> None:
         except Exception:  # noqa: BLE001 - a missing optional module only costs speed
             pass
     level, detail = boot["isolate"], ""
-    global _outer_ids
-    _outer_ids = (os.getuid(), os.getgid())  # inside a fresh user namespace they read as 65534 until mapped
+    global _outer_ids, _keep_in_tmp
+    _outer_ids = (os.getuid(), os.getgid())
+    _keep_in_tmp = [
+        p for p in boot.get("keep_in_tmp", []) if os.path.isdir(p)
+    ]  # inside a fresh user namespace they read as 65534 until mapped
     if level == "namespaces":
         detail = _probe_namespaces()
         if detail:
@@ -432,7 +436,15 @@ def _enter_namespaces(disk_mb: int) -> None:
         with open(path, "w") as fh:
             fh.write(text)
     _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+    # read-only folders the worker sees under /tmp (a virtual environment there, say) must
+    # survive the fresh /tmp: hold them by descriptor, then bind them back on top of it
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in _keep_in_tmp]
     _mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_mb}m,mode=1777".encode())
+    for path, fd in kept:
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None)
+        _mount(b"none", path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        os.close(fd)
     if os.path.isdir("/dev/shm"):
         _mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=16m,mode=1777")
     # /proc of the worker would show the worker and its other children; hide it entirely

@@ -115,6 +115,7 @@ class _Worker:
             "modules": modules,
             "warm_imports": list(spec.warm_imports),
             "isolate": "namespaces" if isolation.backend == "bwrap" else "none",
+            "keep_in_tmp": [p for p in backend.python_paths() if p.startswith("/tmp/")],
         }
         try:
             send_frame(self.sock, boot)
