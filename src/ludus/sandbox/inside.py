@@ -68,7 +68,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 47, 4
 SECURE_NO_CAPS = 0x2F  # NOROOT, NO_SETUID_FIXUP and KEEP_CAPS, each locked: exec never grants capabilities
@@ -442,8 +442,8 @@ def _enter_namespaces(disk_mb: int) -> None:
     _mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_mb}m,mode=1777".encode())
     for path, fd in kept:
         os.makedirs(path, exist_ok=True)
+        # a bind copies the mount's flags, so it stays read-only (and that flag is locked here)
         _mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None)
-        _mount(b"none", path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
         os.close(fd)
     if os.path.isdir("/dev/shm"):
         _mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=16m,mode=1777")
