@@ -261,6 +261,15 @@ def test_pytest_tests_that_swallow_a_crash_still_fail(verifier):
     assert crash.value == 0.0 and crash.status == "wrong", crash
 
 
+def test_a_value_that_hangs_the_test_side_is_the_solutions_failure_not_infra():
+    task = {"test_list": ["assert f(1) == 1", "for _ in range(f(2)):\n    pass", "assert f(3) == 3"]}
+    with CodeVerifier(workers=1, backend="bwrap", limits=Limits(wall_s=1, cpu_s=1)) as v:
+        score = v.score(task, "def f(x):\n    return 10**17 if x == 2 else x")
+        assert (score.value, score.status) == (0.0, "timeout"), score
+        assert score.components == {"passed": 1.0, "total": 3.0}
+        assert v.score(task, "def f(x):\n    return 0 if x == 2 else x").value == 1.0
+
+
 def test_task_setup_errors_are_gold_errors_not_model_failures(verifier):
     task = {"test_list": ["assert f(1) == 1"], "test_setup_code": "import no_such_module_anywhere"}
     assert verifier.score(task, "def f(x): return x").status == "gold_error"

@@ -441,7 +441,23 @@ class CodeVerifier:
             return Score.zero(Status.INFRA_ERROR, f"test runner: {test_run.reason}")
         if solution_run.status == "infra_error":
             return Score.zero(Status.INFRA_ERROR, f"solution sandbox: {solution_run.reason}")
-        report = reply[0] if reply else None
+        report = next(
+            (f for f in reversed(reply) if isinstance(f, dict) and ("loaded" in f or "harness_error" in f)), None
+        )
+        if report is None and any(isinstance(f, dict) and f.get("started") for f in reply):
+            # the tests had started and the runner never finished: a test hung or blew up on what
+            # the solution returned. The tests without a result failed; this is not infra_error.
+            cut = "timeout" if test_run.status == "timeout" else "crashed"
+            done = {f["result"]: f for f in reply if isinstance(f, dict) and "result" in f}
+            report = {
+                "loaded": True,
+                "results": {
+                    t.id: done.get(
+                        t.id, {"outcome": cut, "message": f"test runner {test_run.status}: {test_run.reason}"}
+                    )
+                    for t in task.tests
+                },
+            }
         if not isinstance(report, dict) or "harness_error" in report:
             detail = (
                 report.get("harness_error", "")
@@ -512,9 +528,13 @@ def _judge_run(run: Execution, expected: str) -> tuple[str, str]:
 
 
 def _read_report(sock: socket.socket, out: list[Any]) -> None:
+    """Every frame the test runner sends, until it closes its end (see code_harness.run)."""
     try:
-        message, _ = recv_frame(sock)
-        out.append(message)
+        while True:
+            message, _ = recv_frame(sock)
+            if message is None:
+                return
+            out.append(message)
     except (OSError, ValueError):
         pass
 

@@ -123,10 +123,19 @@ def _message(exc: BaseException) -> str:
 
 
 def run(payload: dict, _fd: int) -> int:
-    """Entry point (mode ``call``): run the tests in ``payload`` and write the results to fd 4."""
+    """Entry point (mode ``call``): run the tests in ``payload`` and write the results to fd 4.
+
+    Frames as it goes — ``{"started": true}`` once the solution has loaded, one ``{"result":
+    id, ...}`` per statement test — then the whole report. If a test never ends (the
+    solution's value sent it into an endless loop, say) and this process is killed, the host
+    still knows the tests had started: the solution's failure, not the grader's."""
     results_sock = socket.socket(fileno=RESULTS_FD)
+
+    def emit(frame: dict) -> None:
+        inside.send_frame(results_sock, frame)
+
     try:
-        report = _run(payload)
+        report = _run(payload, emit)
     except BaseException as exc:  # noqa: BLE001 - the host must hear about it
         report = {"harness_error": _message(exc) + "\n" + traceback.format_exc(limit=5)[-1500:]}
     inside.send_frame(results_sock, report)
@@ -134,7 +143,7 @@ def run(payload: dict, _fd: int) -> int:
     return 0
 
 
-def _run(payload: dict) -> dict:
+def _run(payload: dict, emit) -> dict:
     link = Link(socket.socket(fileno=CALL_SOCKET_FD), float(payload["call_timeout_s"]))
     try:
         hello = link.receive(float(payload["load_timeout_s"]))
@@ -143,10 +152,11 @@ def _run(payload: dict) -> dict:
     if hello.get("loaded") is not True:
         return {"loaded": False, "load_error": str(hello.get("error", "the solution did not load"))[:2000]}
     names = hello.get("names") if type(hello.get("names")) is dict else {}
+    emit({"started": True})
     if payload["runner"] == "pytest":
         report = _run_pytest(payload, link, names)
     else:
-        report = _run_statements(payload, link, names)
+        report = _run_statements(payload, link, names, emit)
     link.sock.close()
     return report
 
@@ -157,7 +167,7 @@ def _solution_functions(names: dict) -> list[str]:
     return [n for n, kind in names.items() if kind == "callable" and n.isidentifier() and not hasattr(builtins, n)]
 
 
-def _run_statements(payload: dict, link: Link, names: dict) -> dict:
+def _run_statements(payload: dict, link: Link, names: dict, emit) -> dict:
     """Tests as statements (HumanEval asserts, MBPP asserts) against bound remote functions.
 
     HumanEval tests reach the solution only as ``candidate``; MBPP tests call its functions
@@ -193,6 +203,7 @@ def _run_statements(payload: dict, link: Link, names: dict) -> dict:
         if outcome == "passed" and link.gone:  # the test swallowed the crash; it still failed
             outcome, message = ("timeout" if "did not answer" in link.gone else "crashed"), link.gone
         results[test["id"]] = {"outcome": outcome, "message": message, "seconds": round(time.monotonic() - started, 4)}
+        emit({"result": test["id"], **results[test["id"]]})
         if outcome != "passed" and payload.get("prune"):
             break
     return {"loaded": True, "results": results}
