@@ -33,6 +33,7 @@ import math
 import random
 import re
 import socket
+import textwrap
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -183,9 +184,27 @@ def _mentions(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
+class _Segments:
+    """Statements' own source text, dedented; several times cheaper than ``ast.unparse`` (and
+    than ``ast.get_source_segment``, which splits the whole source again for every node)."""
+
+    def __init__(self, source: str):
+        self.lines = [line.encode() for line in source.splitlines(keepends=True)]  # AST offsets count bytes
+
+    def __call__(self, node: ast.stmt) -> str:
+        if getattr(node, "decorator_list", None) or node.end_lineno is None or node.end_col_offset is None:
+            return ast.unparse(node)
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            return self.lines[first][node.col_offset : node.end_col_offset].decode()
+        head = b" " * node.col_offset + self.lines[first][node.col_offset :]
+        text = b"".join([head, *self.lines[first + 1 : last], self.lines[last][: node.end_col_offset]])
+        return textwrap.dedent(text.decode())
+
+
 def _prompt_helpers(prompt: str, entry_point: str) -> list[str]:
     """The prompt's top-level statements other than the function to write (imports, helpers)."""
-    tree = None
+    tree, source = None, prompt
     for source in (prompt, prompt.rstrip() + "\n    pass\n"):  # a prompt may end at the bare signature
         try:
             tree = ast.parse(source)
@@ -194,8 +213,9 @@ def _prompt_helpers(prompt: str, entry_point: str) -> list[str]:
             continue
     if tree is None:
         return []
+    segment = _Segments(source)
     return [
-        ast.unparse(n)
+        segment(n)
         for n in tree.body
         if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point)
         and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))  # a module docstring
@@ -207,7 +227,9 @@ def _humaneval(row: Mapping[str, Any]) -> CodeTask:
     entry_point = _field(row, "entry_point", str)
     if not entry_point.isidentifier():
         raise TaskFormatError(f"field 'entry_point' must be a function name, got {entry_point!r}")
-    tree = _compiles(_field(row, "test", str), "test")
+    test = _field(row, "test", str)
+    tree = _compiles(test, "test")
+    segment = _Segments(test)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None or not check.args.args:
         raise TaskFormatError("field 'test' must define check(candidate)")
@@ -220,16 +242,16 @@ def _humaneval(row: Mapping[str, Any]) -> CodeTask:
     ]
     # the tests may call helpers the prompt defines (HumanEval/32 calls poly, /38 encode_cyclic):
     # the test side gets them from the trusted prompt, never from the solution
-    setup, tests, pending = [*_prompt_helpers(prompt, entry_point), *(ast.unparse(n) for n in module_level)], [], []
+    setup, tests, pending = [*_prompt_helpers(prompt, entry_point), *(segment(n) for n in module_level)], [], []
     for node in check.body:
         has_assert = any(isinstance(n, ast.Assert) for n in ast.walk(node))
         if has_assert:
-            tests.append("\n".join([*pending, ast.unparse(node)]))
+            tests.append("\n".join([*pending, segment(node)]))
             pending = []
         elif _mentions(node, param):
-            pending.append(ast.unparse(node))  # runs with the test that follows it
+            pending.append(segment(node))  # runs with the test that follows it
         elif not isinstance(node, ast.Return):
-            setup.append(ast.unparse(node))
+            setup.append(segment(node))
     if pending:
         tests.append("\n".join(pending))
     if not tests:
