@@ -309,30 +309,27 @@ def test_code_env_grades_a_file_task(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(SQUARE_MBPP) + "\n")
     env = CodeEnv(path=str(path), workers=1, backend="bwrap")
-    try:
-        obs = env.reset(env.default_tasks().get(0), seed=0)
-        assert "Square a number." in obs.messages[-1].content
-        result = env.step("```python\ndef sq(x):\n    return x ** 2\n```")
-        assert result.terminated and result.reward == 1.0
-    finally:
-        env.close()
+    obs = env.reset(env.default_tasks().get(0), seed=0)
+    assert "Square a number." in obs.messages[-1].content
+    result = env.step("```python\ndef sq(x):\n    return x ** 2\n```")
+    assert result.terminated and result.reward == 1.0
+    # rollouts build one environment per episode: they share one verifier and its warm workers
+    assert CodeEnv(path=str(path), workers=1, backend="bwrap").verifier is env.verifier
+    assert CodeEnv(path=str(path), workers=1, backend="bwrap", prune=True).verifier is not env.verifier
 
 
 def test_code_tools_env_runs_only_visible_tests_then_grades_hidden_ones(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(SQUARE_MBPP) + "\n")
     env = CodeToolEnv(path=str(path), workers=1, backend="bwrap", visible_tests=1)
-    try:
-        env.reset(env.default_tasks().get(0), seed=0)
-        overfit = "def sq(x):\n    return 4"
-        call = ToolCall("run_tests", {"code": overfit}, id="c1")
-        tool_step = env.step(Message("assistant", "", tool_calls=[call]))
-        assert not tool_step.terminated
-        assert tool_step.observation.messages[0].content == "all 1 tests passed"
-        final = env.step(f"```python\n{overfit}\n```")
-        assert final.terminated and final.reward == 0.0 and final.score.components["total"] == 3.0
-    finally:
-        env.close()
+    env.reset(env.default_tasks().get(0), seed=0)
+    overfit = "def sq(x):\n    return 4"
+    call = ToolCall("run_tests", {"code": overfit}, id="c1")
+    tool_step = env.step(Message("assistant", "", tool_calls=[call]))
+    assert not tool_step.terminated
+    assert tool_step.observation.messages[0].content == "all 1 tests passed"
+    final = env.step(f"```python\n{overfit}\n```")
+    assert final.terminated and final.reward == 0.0 and final.score.components["total"] == 3.0
 
 
 def test_cli_verify_code_scores_lines_and_reports_malformed_ones(tmp_path, capsys):

@@ -13,6 +13,7 @@ function-writing problems.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -23,6 +24,20 @@ from ludus.sandbox import Limits
 from ludus.tasks.code import FunctionTasks, load_code_tasks
 from ludus.tasks.procedural import ProceduralTasks
 from ludus.verifiers.code import CodeVerifier, Format, TaskFormatError, parse_task
+
+_verifiers: dict[tuple[Any, ...], CodeVerifier] = {}
+_verifiers_lock = threading.Lock()
+
+
+def shared_verifier(*, wall_s: float, **options: Any) -> CodeVerifier:
+    """One verifier (and so one set of warm sandbox workers) per distinct configuration in a
+    process: rollouts build an environment per episode, and each must not start its own pool.
+    The workers end with the process (see ``ludus.sandbox.pool``)."""
+    key = (wall_s, *sorted(options.items()))
+    with _verifiers_lock:
+        if key not in _verifiers:
+            _verifiers[key] = CodeVerifier(limits=Limits(wall_s=wall_s, cpu_s=wall_s), **options)
+        return _verifiers[key]
 
 
 class CodeEnv(SingleTurnEnv):
@@ -56,15 +71,15 @@ class CodeEnv(SingleTurnEnv):
             if p is not None
         }
         self.seed = seed
-        self.verifier = CodeVerifier(
+        self.verifier = shared_verifier(
             partial_credit=partial_credit,
             shuffle=shuffle,
             prune=prune,
             seed=seed,
             test_timeout_s=test_timeout_s,
-            limits=Limits(wall_s=wall_s, cpu_s=wall_s),
+            wall_s=wall_s,
             workers=workers,
-            backend=backend,  # type: ignore[arg-type]
+            backend=backend,
         )
 
     def default_tasks(self, split: Split = "train") -> TaskSource:
@@ -80,9 +95,6 @@ class CodeEnv(SingleTurnEnv):
         if not isinstance(task.answer, dict):
             return Score.zero(Status.GOLD_ERROR, f"task {task.id} has no code task in its answer")
         return self.verifier.score(task.answer, completion)
-
-    def close(self) -> None:
-        self.verifier.close()
 
 
 class CodeToolEnv(CodeEnv, ToolEnv):
