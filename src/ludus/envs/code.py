@@ -22,6 +22,7 @@ from ludus.core.env import SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.types import Score, Status, Task
 from ludus.sandbox import Limits
 from ludus.tasks.code import FunctionTasks, load_code_tasks
+from ludus.tasks.loaders import split_files
 from ludus.tasks.procedural import ProceduralTasks
 from ludus.verifiers.code import CodeVerifier, Format, TaskFormatError, parse_task
 
@@ -62,14 +63,10 @@ class CodeEnv(SingleTurnEnv):
         workers: int | None = None,
         backend: str = "auto",
     ):
-        if eval_path is not None and path is None:
-            raise ValueError("eval_path needs path (the training file)")
+        self.files = split_files(
+            path, eval_path, lambda p: load_code_tasks(p, format=format, prompt_field=prompt_field)
+        )
         super().__init__(tasks)
-        self.files = {
-            split: (lambda p=p: load_code_tasks(p, format=format, prompt_field=prompt_field))
-            for split, p in (("train", path), ("eval", eval_path or path))
-            if p is not None
-        }
         self.seed = seed
         self.verifier = shared_verifier(
             partial_credit=partial_credit,

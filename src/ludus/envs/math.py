@@ -19,7 +19,7 @@ from ludus.core.env import SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
 from ludus.tasks.arithmetic import Arithmetic
 from ludus.tasks.linear import LinearEquation
-from ludus.tasks.loaders import Preset, load_tasks
+from ludus.tasks.loaders import Preset, load_tasks, split_files
 from ludus.tasks.procedural import ProceduralTasks, TaskFamily
 from ludus.verifiers.answers import MARKERS, Marker, find_answers
 from ludus.verifiers.math import DecimalGold, MathVerifier
@@ -62,14 +62,12 @@ class MathEnv(SingleTurnEnv):
             raise ValueError(
                 f"format_weight must be in [0, 1): a correct answer always earns most; got {format_weight}"
             )
-        if eval_path is not None and path is None:
-            raise ValueError("eval_path needs path (the training file)")
+        self.files = split_files(
+            path,
+            eval_path,
+            lambda p: load_tasks(p, fields=fields, prompt_field=prompt_field, answer_field=answer_field),
+        )
         super().__init__(tasks)
-        self.files = {
-            split: (lambda p=p: load_tasks(p, fields=fields, prompt_field=prompt_field, answer_field=answer_field))
-            for split, p in (("train", path), ("eval", eval_path or path))
-            if p is not None
-        }
         self.family = _family(family, difficulty)
         self.seed, self.format_weight = seed, format_weight
         self.verifier = MathVerifier(

@@ -119,7 +119,7 @@ class _Worker:
         }
         try:
             send_frame(self.sock, boot)
-            ready = self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
+            ready = self.receive(time.monotonic() + STARTUP_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
@@ -134,7 +134,7 @@ class _Worker:
     def stderr_tail(self) -> str:
         return b"".join(self._stderr_tail).decode("utf-8", "replace").strip()
 
-    def _receive(self, deadline: float) -> dict[str, Any]:
+    def receive(self, deadline: float) -> dict[str, Any]:
         self.sock.settimeout(max(0.001, deadline - time.monotonic()))
         try:
             message, fds = recv_frame(self.sock)
@@ -154,9 +154,6 @@ class _Worker:
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         with self.send_lock:
             send_frame(self.sock, message, fds)
-
-    def receive(self, deadline: float) -> dict[str, Any]:
-        return self._receive(deadline)
 
     def alive(self) -> bool:
         return self.process.poll() is None

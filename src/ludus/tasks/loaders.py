@@ -104,6 +104,18 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
 _READERS = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
+def split_files(
+    path: str | None, eval_path: str | None, load: Callable[[str], FileTasks]
+) -> dict[str, Callable[[], FileTasks]]:
+    """Loaders for a file-backed environment's splits: ``path`` for train, ``eval_path`` (else
+    the same file) for eval; empty without a file. Files load when a split is first asked for."""
+    if eval_path is not None and path is None:
+        raise ValueError("eval_path needs path (the training file)")
+    return {
+        split: (lambda p=p: load(p)) for split, p in (("train", path), ("eval", eval_path or path)) if p is not None
+    }
+
+
 def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
     """(where, row) for every row of a ``.jsonl`` or ``.parquet`` file; ``where`` is "line 3" or "row 3"."""
     path = Path(path)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -262,6 +263,22 @@ def _humaneval(row: Mapping[str, Any]) -> CodeTask:
     return CodeTask("humaneval", cases, setup="\n".join(setup), prefix=prompt, entry_point=entry_point)
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_json(text: str) -> CodeTask:
+    return parse_task(json.loads(text))
+
+
+def _parse_once(task: Mapping[str, Any] | CodeTask) -> CodeTask:
+    """``parse_task``, remembered by the task's JSON: a GRPO group grades one task G times."""
+    if isinstance(task, CodeTask):
+        return task
+    try:
+        text = json.dumps(task, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON data: parse (and report) it as it is
+        return parse_task(task)
+    return _parse_json(text)
+
+
 # ---- completions ----
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -365,7 +382,7 @@ class CodeVerifier:
 
     def score(self, task: Mapping[str, Any] | CodeTask, completion: str) -> Score:
         try:
-            parsed = parse_task(task)
+            parsed = _parse_once(task)
         except TaskFormatError as exc:
             return Score.zero(Status.GOLD_ERROR, f"malformed task: {exc}")
         if not isinstance(completion, str):
