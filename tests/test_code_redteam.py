@@ -107,10 +107,11 @@ def _host_problems() -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def host_guard():
+    others = set(_our_cgroups())  # pools another test module still holds open are not ours to judge
     yield
     problems = _host_problems()
     deadline = time.monotonic() + 3
-    while (groups := _our_cgroups()) and time.monotonic() < deadline:  # the pools have closed by now
+    while (groups := sorted(set(_our_cgroups()) - others)) and time.monotonic() < deadline:  # our pools have closed
         time.sleep(0.1)
     assert problems + [f"cgroup left behind: {g}" for g in groups] == []
 
@@ -497,7 +498,9 @@ def readable_blocks():
         yield ctypes.string_at(start, addr - start)
 """
 
-SEARCH = READABLE_MEMORY + r"""
+SEARCH = (
+    READABLE_MEMORY
+    + r"""
 import gc, os, re, sys, time, types
 PATTERN = re.compile(@SECRET_RE@)
 BPATTERN = re.compile(@SECRET_RE@.encode())
@@ -604,6 +607,7 @@ def search_memory():
 
 FOUND = search_@WHERE@()
 """
+)
 
 SEARCH_HE = (
     SEARCH
@@ -1582,7 +1586,9 @@ def test_hole_previous_solution_code_leaks_through_the_worker_heap(grader):
     inherits. The attacker scans readable memory for ``"code": "...def add(`` and runs what it
     finds: after an honest sibling, it scores 1.0 without solving anything."""
     assert_correct(_score(grader, ADD, ADD_OK))
-    heap = READABLE_MEMORY + r"""
+    heap = (
+        READABLE_MEMORY
+        + r"""
 import json, re
 def sibling():
     for blob in readable_blocks():
@@ -1601,6 +1607,7 @@ else:
     def add(a, b):
         return 0
 """
+    )
     assert_caught(_score(grader, ADD, heap), total=3)
 
 

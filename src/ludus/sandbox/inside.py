@@ -78,6 +78,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _outer_ids = (0, 0)
 _keep_in_tmp: list[str] = []  # bound folders under /tmp (boot["keep_in_tmp"])
 _template_pid = 0
+_streams: tuple = ()  # the executions' sys.stdin/stdout/stderr, made once (see _make_streams)
+_shipped: list[str] = []  # our own modules, which executed code must not find in sys.modules
 
 
 # ---- framing: a 4-byte length, then JSON; descriptors ride on the first byte ----
@@ -140,6 +142,7 @@ def main(ctrl: socket.socket, boot: dict) -> None:
         if detail:
             level = "worker"
     boot["isolate"] = level
+    _make_streams()
     template = _start_template()
     send_frame(ctrl, {"ready": True, "pid": os.getpid(), "isolation": level, "detail": detail})
     while True:
@@ -156,6 +159,28 @@ def main(ctrl: socket.socket, boot: dict) -> None:
             for fd in fds:
                 _close(fd)
         send_frame(ctrl, reply)
+
+
+def _make_streams() -> None:
+    """Text streams on descriptors 0, 1 and 2, made before the template is forked: a child
+    dups its pipes onto those numbers, so it inherits working (still empty) streams instead
+    of building three of its own. Every object a fresh child creates or touches costs it
+    page faults, and those are most of an execution's price."""
+    global _streams, _shipped
+    _streams = (
+        open(0, encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115 - they live as long as we do
+        open(1, "w", encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115
+        open(2, "w", encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115
+    )
+    _shipped = [name for name in sys.modules if name.startswith("ludus_")]
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def _probe_namespaces() -> str:
@@ -251,8 +276,11 @@ def _template_loop(sock: socket.socket) -> None:
 def _execution(order: dict, fds: list[int]) -> None:
     """In the cloned child: read the request, enter the namespaces, set up, run (never returns)."""
     request_fd, out_w, err_w, ready_w, *passed = fds
-    with os.fdopen(request_fd, "rb") as fh:
-        request = json.loads(fh.read())
+    chunks = []
+    while chunk := os.read(request_fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(request_fd)
+    request = json.loads(b"".join(chunks))
     limits = request["limits"]
     _first_to_die()
     if order["isolated"]:
@@ -304,8 +332,7 @@ def execute(ctrl: socket.socket, template: socket.socket, request: dict, fds: li
 def _first_to_die() -> None:
     """Under memory pressure the kernel must kill the execution, never the worker: memory such
     as a memfd is charged to nobody's resident size, so without this the worker looks largest."""
-    with open("/proc/self/oom_score_adj", "w") as fh:
-        fh.write("1000")
+    _write("/proc/self/oom_score_adj", "1000")
 
 
 def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
@@ -433,8 +460,7 @@ def _enter_namespaces(disk_mb: int) -> None:
         ("/proc/self/uid_map", f"0 {uid} 1"),
         ("/proc/self/gid_map", f"0 {gid} 1"),
     ):
-        with open(path, "w") as fh:
-            fh.write(text)
+        _write(path, text)
     _mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
     # read-only folders the worker sees under /tmp (a virtual environment there, say) must
     # survive the fresh /tmp: hold them by descriptor, then bind them back on top of it
@@ -549,9 +575,7 @@ def _max_fd() -> int:
 
 def _run_python(request: dict, mode: str) -> int:
     """Run Python code (or one of the shipped functions, mode ``call``) in this process; the exit code."""
-    sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
-    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stdin, sys.stdout, sys.stderr = _streams
     sys.argv = ["main.py"]
     sys.setrecursionlimit(int(request["limits"].get("recursion", 100_000)))
     serve = request.get("serve", False)
@@ -564,8 +588,8 @@ def _run_python(request: dict, mode: str) -> int:
             module = types.ModuleType(request.get("module_name", "__main__"))
             module.__file__ = os.path.abspath("main.py")
             sys.modules[module.__name__] = module
-            for name in [n for n in sys.modules if n.startswith("ludus_")]:
-                sys.modules.pop(name)
+            for name in _shipped:
+                sys.modules.pop(name, None)
             sock = socket.socket(fileno=3) if serve else None
             try:
                 exec(compile(request["code"], "main.py", "exec"), module.__dict__)
@@ -648,19 +672,10 @@ def _kill_tree(b_pid: int) -> None:
 
 
 def _kill_descendants() -> None:
-    """Without namespaces: kill every child of this subreaper but the template, until none is left."""
-    me = str(os.getpid())
+    """Without namespaces: kill every child of this subreaper but the template, until none is
+    left (an orphaned grandchild becomes our child, so repeating reaches every descendant)."""
     for _ in range(100):
-        children = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as fh:
-                        fields = fh.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if fields[1] == me and int(entry) != _template_pid:
-                    children.append(int(entry))
+        children = [pid for pid in _children() if pid != _template_pid]
         if not children:
             return
         for pid in children:
@@ -669,6 +684,28 @@ def _kill_descendants() -> None:
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+
+
+def _children() -> list[int]:
+    """This process's children: one read of /proc/self/task/<tid>/children (the worker has one
+    thread), or, where the kernel lacks that file, a scan of every process's parent."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/self/task/{me}/children", "rb") as fh:
+            return [int(pid) for pid in fh.read().split()]
+    except FileNotFoundError:
+        pass
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me:
+                children.append(int(entry))
+    return children
 
 
 def _reap_orphans() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 ExecStatus = Literal["ok", "timeout", "memory", "killed", "infra_error"]
@@ -34,7 +34,7 @@ class Limits:
                 raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _flat(self)
 
 
 @dataclass(frozen=True)
@@ -70,4 +70,9 @@ class Execution:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _flat(self)
+
+
+def _flat(obj: Limits | Execution) -> dict[str, Any]:
+    """The fields as a dict (all are plain values; ``asdict``'s deep copy would be wasted work)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}

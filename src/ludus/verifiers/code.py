@@ -46,7 +46,7 @@ from typing import Any, Literal
 from ludus.core.types import Score, Status
 from ludus.sandbox import Execution, Limits, Sandbox, WorkerSpec
 from ludus.sandbox.inside import recv_frame
-from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, shipped
+from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, REPLY_GRACE_S, shipped
 
 Format = Literal["humaneval", "mbpp", "stdio", "pytest"]
 FORMATS: tuple[Format, ...] = ("humaneval", "mbpp", "stdio", "pytest")
@@ -390,13 +390,15 @@ class CodeVerifier:
         code = extract_code(completion)
         if code is None:
             return Score.zero(Status.NO_ANSWER, "no code in the completion")
+        if self.cache_size <= 0:
+            return self._grade(parsed, solution_program(parsed, code))
         key = hashlib.sha256(json.dumps([repr(parsed), code], sort_keys=True).encode()).hexdigest()
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
         score = self._grade(parsed, solution_program(parsed, code))
-        if score.status != Status.INFRA_ERROR and self.cache_size > 0:
+        if score.status != Status.INFRA_ERROR:
             with self._lock:
                 self._cache[key] = score
                 while len(self._cache) > self.cache_size:
@@ -457,8 +459,6 @@ class CodeVerifier:
         }
         solution_end, tests_end = socket.socketpair()
         results_host, results_harness = socket.socketpair()
-        reply: list[Any] = []  # the test runner's report, read while it runs (it may exceed a socket buffer)
-        reader = threading.Thread(target=_read_report, args=(results_host, reply), daemon=True)
         try:
             solution = candidates.start(program, serve=True, pass_fds=[solution_end.fileno()], module_name=task.module)
             tests = harness.start(
@@ -470,12 +470,12 @@ class CodeVerifier:
         finally:
             for sock in (solution_end, tests_end, results_harness):
                 sock.close()
-        reader.start()
+        # the runner's frames, read while it runs (they may exceed a socket buffer) until its
+        # sandbox closes the channel: when the runner exits, is killed, or its worker dies
+        reply = _read_report(results_host, harness.limits.wall_s + REPLY_GRACE_S)
         test_run = tests.wait()
         solution.kill()  # the tests are over: whatever the solution still does is cut short
         solution_run = solution.wait()
-        reader.join(timeout=10)
-        results_host.close()
         if test_run.status == "infra_error":
             return Score.zero(Status.INFRA_ERROR, f"test runner: {test_run.reason}")
         if solution_run.status == "infra_error":
@@ -566,16 +566,20 @@ def _judge_run(run: Execution, expected: str) -> tuple[str, str]:
     return "passed", ""
 
 
-def _read_report(sock: socket.socket, out: list[Any]) -> None:
-    """Every frame the test runner sends, until it closes its end (see code_harness.run)."""
-    try:
-        while True:
-            message, _ = recv_frame(sock)
-            if message is None:
-                return
-            out.append(message)
-    except (OSError, ValueError):
-        pass
+def _read_report(sock: socket.socket, timeout_s: float) -> list[Any]:
+    """Every frame the test runner sends, until its end of the channel closes (see
+    code_harness.run), or ``timeout_s`` passes without one (the worker is then declared dead)."""
+    frames: list[Any] = []
+    sock.settimeout(timeout_s)
+    with sock:
+        try:
+            while True:
+                message, _ = recv_frame(sock)
+                if message is None:
+                    return frames
+                frames.append(message)
+        except (OSError, ValueError):
+            return frames
 
 
 def task_object(value: Any) -> dict[str, Any]:
