@@ -49,7 +49,7 @@ from string import Template as Text
 from typing import Any
 
 from ludus.sandbox import Sandbox
-from ludus.sandbox.backend import bwrap_args, python_paths
+from ludus.sandbox.backend import bwrap_args, interpreter, python_paths
 from ludus.verifiers.code import CodeVerifier
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -782,7 +782,7 @@ def fork_once() -> bool:
 
 def overhead(n: int) -> list[tuple[str, float, int]]:
     plain = [sys.executable, "-c", "pass"]
-    cold = [*bwrap_args(python_paths()), "--", *plain]
+    cold = [*bwrap_args(python_paths()), "--", interpreter(), "-c", "pass"]
     return [
         ("warm bwrap pool: Sandbox.run('pass')", *warm_pool_ms(n)),
         ("os.fork of a warm interpreter (no isolation)", *time_runs(fork_once, n)),

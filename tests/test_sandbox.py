@@ -281,3 +281,19 @@ def test_process_backend_warns_loudly_and_still_enforces_limits():
 def test_process_limit_note_names_the_mechanism():
     note = sandbox_backend.process_limit_note()
     assert "RLIMIT_NPROC" in note or "cgroup" in note
+
+
+def test_an_interpreter_path_through_dotdot_still_starts_the_sandbox(tmp_path):
+    """``../.venv/bin/python`` no longer resolves inside the sandbox, where only bound folders exist."""
+    import subprocess
+    import sys
+
+    via_dotdot = os.path.relpath(sys.executable, tmp_path)  # ../../.. from a folder the sandbox does not bind
+    program = (
+        "from ludus.sandbox import Sandbox\n"
+        "with Sandbox(workers=1, backend_name='bwrap') as box:\n"
+        "    print(box.run('print(6 * 7)').stdout.strip())\n"
+    )
+    done = subprocess.run([via_dotdot, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "42"

@@ -65,7 +65,7 @@ def detect() -> Isolation:
         )
     version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip() or None
     probe = subprocess.run(
-        [*bwrap_args(python_paths()), "--", sys.executable, "-I", "-S", "-c", "print('ok')"],
+        [*bwrap_args(python_paths()), "--", interpreter(), "-I", "-S", "-c", "print('ok')"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -92,6 +92,14 @@ def choose(backend: Backend | Literal["auto"]) -> Isolation:
     if backend == "bwrap" and found.backend != "bwrap":
         raise SandboxUnavailable(found.reason)
     return found
+
+
+def interpreter() -> str:
+    """This interpreter's path as the sandbox can reach it: ``sys.executable`` may hold ``..``
+    (``../.venv/bin/python``), which no longer resolves once only bound folders exist. Not the
+    real path: a virtual environment's interpreter is a symbolic link, and following it would
+    lose the environment's site-packages."""
+    return os.path.normpath(os.path.abspath(sys.executable))
 
 
 def python_paths() -> list[str]:
@@ -165,7 +173,7 @@ def bwrap_args(binds: list[str]) -> list[str]:
 
 
 def worker_command(isolation: Isolation, boot_code: str, ctrl_fd: int, cgroups: list[Path]) -> list[str]:
-    python = [sys.executable, "-I", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
+    python = [interpreter(), "-I", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
     command = [*bwrap_args(python_paths()), "--", *python] if isolation.backend == "bwrap" else python
     if cgroups:  # join the cgroups before anything of the worker runs; its executions die first on OOM
         join = " && ".join(f'echo $$ > "${i}/cgroup.procs"' for i in range(1, len(cgroups) + 1))
