@@ -18,6 +18,7 @@ schema and turns every mistake into an error string the model can read, never an
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 import typing
@@ -177,3 +178,39 @@ class Tool:
         except Exception as exc:  # the tool's own failure is information for the model
             return f"Error: {self.name} failed: {type(exc).__name__}: {exc}", False
         return result if isinstance(result, str) else repr(result), True
+
+
+# ---- tool calls written as text ----
+# Local models (the tiny model, transformers checkpoints) write tool calls into their text, in
+# the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form; servers such as
+# vLLM return them already parsed. Both end up as ``ToolCall``s on the assistant message.
+
+_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """Split a reply into its content and its tool calls. A block that is not a JSON object
+    with a string ``name`` is not a call and stays in the content, where the environment
+    reads it as text; ``arguments`` is passed on as written (tools check it, see ``call_tool``)."""
+    calls: list[ToolCall] = []
+
+    def take(match: re.Match[str]) -> str:
+        try:
+            data = json.loads(match.group(1))
+        except ValueError:
+            return match.group(0)
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return match.group(0)
+        calls.append(ToolCall(data["name"], data.get("arguments", {}), id=f"call_{len(calls)}"))
+        return ""
+
+    content = _CALL_BLOCK.sub(take, text)
+    return (content.strip() if calls else content), calls
+
+
+def render_tool_calls(calls: list[ToolCall]) -> str:
+    """The text form of ``calls`` that :func:`parse_tool_calls` reads back."""
+    return "".join(
+        f"<tool_call>{json.dumps({'name': c.name, 'arguments': c.arguments}, ensure_ascii=False)}</tool_call>"
+        for c in calls
+    )

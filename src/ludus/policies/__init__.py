@@ -1,1 +1,46 @@
-"""ludus.policies"""
+"""Model backends behind one interface (``Policy``): the embedded tiny model, transformers
+checkpoints and OpenAI-compatible HTTP servers. ``load_policy`` picks one from a short spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams, TrainablePolicy
+
+__all__ = ["Completion", "Policy", "PolicyError", "SamplingParams", "TrainablePolicy", "load_policy"]
+
+SPEC_HELP = (
+    "'tiny' (a fresh embedded model), a folder saved by ludus (tiny or transformers), "
+    "'hf:PATH' (a transformers checkpoint folder), or 'http(s)://HOST/v1' with model=... "
+    "(an OpenAI-compatible server such as vLLM)"
+)
+
+
+def load_policy(spec: str, **options: Any) -> Policy:
+    """A policy from ``spec`` (see ``SPEC_HELP``); ``options`` go to the backend's constructor."""
+    if spec == "tiny":
+        from ludus.policies.tiny import TinyPolicy  # noqa: PLC0415 - backends load on demand
+
+        return TinyPolicy(**options)
+    if spec.startswith(("http://", "https://")):
+        from ludus.policies.openai import OpenAIPolicy  # noqa: PLC0415
+
+        return OpenAIPolicy(spec, **options)
+    if spec.startswith("hf:"):
+        from ludus.policies.hf import HFPolicy  # noqa: PLC0415
+
+        return HFPolicy.load(spec[3:], **options)
+    folder = Path(spec)
+    if (folder / "config.json").is_file():
+        import json  # noqa: PLC0415
+
+        kind = json.loads((folder / "config.json").read_text()).get("kind")
+        if kind == "tiny":
+            from ludus.policies.tiny import TinyPolicy  # noqa: PLC0415
+
+            return TinyPolicy.load(folder)
+        from ludus.policies.hf import HFPolicy  # noqa: PLC0415
+
+        return HFPolicy.load(folder, **options)
+    raise ValueError(f"cannot load a policy from {spec!r}: expected {SPEC_HELP}")

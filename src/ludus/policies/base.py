@@ -6,13 +6,24 @@ model and a transformers model train through the same code.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from ludus.core.types import Message
+from ludus.core.types import Message, ToolCall, ToolSpec
+
+# One list of tools per conversation (episodes in a batch may come from different environments).
+Tools = Sequence[Sequence[ToolSpec]] | None
+
+
+class PolicyError(RuntimeError):
+    """The backend could not produce a completion: a dead or failing model server, errors that
+    persisted through the retries. An infrastructure failure — the rollout engine records and
+    masks it — never a statement about the policy's answer."""
 
 
 @dataclass(frozen=True)
@@ -35,25 +46,52 @@ class SamplingParams:
 
 @dataclass
 class Completion:
-    """One sampled reply with the exact tokens and their behaviour log-probs."""
+    """One sampled reply with the exact tokens and their behaviour log-probs.
+
+    ``text`` is the reply's content without its tool calls, which are in ``tool_calls``.
+    Token ids and log-probs are empty where a backend cannot report them (an HTTP server
+    that does not return them); such completions can be evaluated but not trained on.
+    """
 
     text: str
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
-    finish_reason: str  # "stop" (end-of-sequence token) or "length" (hit max_tokens)
+    finish_reason: str  # "stop" (end-of-sequence token), "length" (hit max_tokens) or "tool_calls"
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def message(self) -> Message:
+        """The assistant message this completion adds to its conversation."""
+        return Message("assistant", self.text, tool_calls=list(self.tool_calls))
 
 
 class Policy(ABC):
-    """Anything that turns conversations into replies."""
+    """Anything that turns conversations into replies.
+
+    ``version`` counts weight updates; each trajectory records the version that sampled it.
+    """
 
     version: int = 0
 
     @abstractmethod
     def generate(
-        self, conversations: list[list[Message]], sampling: SamplingParams, generator: torch.Generator | None = None
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        tools: Tools = None,
     ) -> list[Completion]:
-        """One completion per conversation, sampled in one batch where the backend allows."""
+        """One completion per conversation, sampled in one batch where the backend allows.
+        ``tools``, if given, holds the tools offered to each conversation."""
+
+    async def agenerate(
+        self, conversations: list[list[Message]], sampling: SamplingParams, tools: Tools = None
+    ) -> list[Completion]:
+        """``generate`` for event loops: in a worker thread unless a backend is natively async."""
+        return await asyncio.to_thread(self.generate, conversations, sampling, None, tools)
+
+    def close(self) -> None:
+        """Release connections, processes or memory the backend holds."""
 
 
 class TrainablePolicy(Policy):

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ludus.core.tools import parse_tool_calls, render_tool_calls
 from ludus.core.types import Message
-from ludus.policies.base import Completion, SamplingParams, TrainablePolicy
+from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy
 
 # ---- tokenizer -----------------------------------------------------------------------------
 PAD, BOS, EOS = 256, 257, 258
@@ -37,12 +38,13 @@ class ByteTokenizer:
 
     def render(self, messages: list[Message]) -> list[int]:
         """The tiny chat template: ``BOS`` + each user/tool message followed by a newline, each
-        assistant message followed by ``EOS``. System messages are left out: with a few dozen
-        positions of context the model cannot afford instructions it cannot read anyway."""
+        assistant message (its tool calls written back as ``<tool_call>`` blocks) followed by
+        ``EOS``. System messages and tool descriptions are left out: with a few dozen positions
+        of context the model cannot afford instructions it cannot read anyway."""
         ids = [BOS]
         for m in messages:
             if m.role == "assistant":
-                ids += self.encode(m.content) + [EOS]
+                ids += self.encode(m.content + render_tool_calls(m.tool_calls)) + [EOS]
             elif m.role in ("user", "tool"):
                 ids += self.encode(m.content + "\n")
         return ids
@@ -151,7 +153,11 @@ class TinyPolicy(TrainablePolicy):
 
     @torch.no_grad()
     def generate(
-        self, conversations: list[list[Message]], sampling: SamplingParams, generator: torch.Generator | None = None
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        tools: Tools = None,
     ) -> list[Completion]:
         prompts = [self.tokenizer.render(c) for c in conversations]
         self._check_fits(max(map(len, prompts)), sampling.max_tokens)
@@ -198,13 +204,16 @@ class TinyPolicy(TrainablePolicy):
             row = out_ids[i, :steps].tolist()
             n = row.index(EOS) + 1 if EOS in row else len(row)
             ids_i = row[:n]
+            text, calls = parse_tool_calls(self.tokenizer.decode(ids_i))
+            finish = "stop" if ids_i and ids_i[-1] == EOS else "length"
             results.append(
                 Completion(
-                    text=self.tokenizer.decode(ids_i),
+                    text=text,
                     prompt_ids=p,
                     completion_ids=ids_i,
                     logprobs=out_lp[i, :n].tolist(),
-                    finish_reason="stop" if ids_i and ids_i[-1] == EOS else "length",
+                    finish_reason="tool_calls" if calls and finish == "stop" else finish,
+                    tool_calls=calls,
                 )
             )
         return results

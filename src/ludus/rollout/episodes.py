@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ludus.core.env import Env
-from ludus.core.types import Message, Score, Status, Task, Trajectory, Turn
+from ludus.core.types import Score, Status, Task, Trajectory, Turn
 from ludus.policies.base import Policy, SamplingParams
 
 
@@ -44,11 +44,12 @@ def run_episodes(
     live = list(range(len(tasks)))
     try:
         while live:
-            completions = policy.generate([trajectories[i].messages for i in live], sampling, generator)
+            tools = [trajectories[i].tools for i in live]
+            completions = policy.generate([trajectories[i].messages for i in live], sampling, generator, tools)
             still_live = []
             for i, completion in zip(live, completions, strict=True):
                 traj = trajectories[i]
-                result = envs[i].step(Message("assistant", completion.text))
+                result = envs[i].step(completion.message())
                 traj.turns.append(
                     Turn(
                         completion.prompt_ids,
