@@ -1,0 +1,431 @@
+"""The asynchronous rollout engine: many episodes in flight, generation and environments overlapping.
+
+    engine = RolloutEngine(policy, env_factory, SamplingParams(max_tokens=64))
+    trajectories = engine.run(requests(tasks, group_size=8))          # or, in an event loop:
+    async for group in engine.groups(tasks, group_size=8): ...         # GRPO groups as they complete
+
+Why: a synchronous loop generates for the whole batch, then runs the whole batch's environments,
+so one slow environment step (a 30-second test suite, a browser page) idles the model. Here
+every episode is its own coroutine. An episode that needs a reply queues its conversation; one
+generation loop takes whatever is queued (up to ``max_batch``) into a single ``agenerate`` call
+the moment the previous call returns, so the model is busy as long as any episode waits for it.
+Environment steps run meanwhile on their own thread pool (``env_concurrency`` at once).
+
+Failures are never rewards: a backend that fails (``PolicyError``), an environment that raises
+or hangs past ``step_timeout_s``, end the attempt with ``infra_error``; the episode is retried
+(``infra_retries``) and, if it keeps failing, recorded with that status so training masks it.
+
+With a :class:`JsonlSink`, each trajectory is appended to a JSONL file the moment it finishes,
+keyed by its request; a rerun with the same sink skips every key already written (resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ludus.core.env import Env
+from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec, Trajectory, Turn
+from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to run. ``key`` names it in the output (and for resume); ``group`` gathers
+    the G samples of one task for GRPO."""
+
+    task: Task
+    seed: int = 0
+    key: str = ""
+    group: str = ""
+
+
+def requests(tasks: Iterable[Task], group_size: int = 1, seed: int = 0) -> Iterator[EpisodeRequest]:
+    """``group_size`` requests per task, keyed ``<task id>#<sample>``, each with its own seed."""
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    for i, task in enumerate(tasks):
+        for k in range(group_size):
+            yield EpisodeRequest(task, seed=seed + i * group_size + k, key=f"{task.id}#{k}", group=task.id)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``max_batch``: conversations per generate call. ``max_episodes``: episodes in flight.
+    ``env_concurrency``: environment calls running at once (threads). ``generate_calls``:
+    generate calls in flight (1 for a local model; more for an HTTP server that batches itself).
+    Time limits are per environment call and per episode, in seconds (``None``: none)."""
+
+    max_batch: int = 64
+    max_episodes: int = 256
+    env_concurrency: int = 32
+    generate_calls: int = 1
+    step_timeout_s: float | None = 300.0
+    episode_timeout_s: float | None = None
+    infra_retries: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_episodes", "env_concurrency", "generate_calls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.infra_retries < 0:
+            raise ValueError(f"RolloutConfig.infra_retries must be >= 0, got {self.infra_retries}")
+
+
+class _InfraFailure(Exception):
+    """Ends an attempt as ``infra_error``; ``retry`` says whether another attempt may help."""
+
+    def __init__(self, reason: str, retry: bool = True):
+        super().__init__(reason)
+        self.retry = retry
+
+
+class _Generation:
+    """Queue of conversations waiting for the model, drained by one loop into batched calls."""
+
+    def __init__(self, policy: Policy, sampling: SamplingParams, config: RolloutConfig):
+        self.policy, self.sampling, self.config = policy, sampling, config
+        self.pending: list[tuple[list[Message], list[ToolSpec], asyncio.Future[Completion]]] = []
+        self.wake = asyncio.Event()
+        self.busy_s = 0.0  # wall time with at least one generate call in flight
+        self.calls = 0
+        self._in_flight = 0
+        self._busy_since = 0.0
+
+    async def complete(self, messages: list[Message], tools: list[ToolSpec]) -> Completion:
+        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        self.pending.append((list(messages), list(tools), future))
+        self.wake.set()
+        return await future
+
+    async def loop(self) -> None:
+        slots = asyncio.Semaphore(self.config.generate_calls)
+        calls: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await self.wake.wait()
+                await slots.acquire()
+                await asyncio.sleep(0)  # let every episode that is ready to ask do so first: fuller batches
+                batch, self.pending = self.pending[: self.config.max_batch], self.pending[self.config.max_batch :]
+                if not self.pending:
+                    self.wake.clear()
+                batch = [item for item in batch if not item[2].done()]  # episodes cancelled while queued
+                if not batch:
+                    slots.release()
+                    continue
+                call = asyncio.create_task(self._call(batch))
+                calls.add(call)
+                call.add_done_callback(lambda c: (calls.discard(c), slots.release()))
+        finally:
+            for call in calls:
+                call.cancel()
+
+    async def _call(self, batch: list[tuple[list[Message], list[ToolSpec], asyncio.Future[Completion]]]) -> None:
+        self._in_flight += 1
+        if self._in_flight == 1:
+            self._busy_since = time.monotonic()
+        self.calls += 1
+        try:
+            completions = await self.policy.agenerate([b[0] for b in batch], self.sampling, [b[1] for b in batch])
+            if len(completions) != len(batch):
+                raise PolicyError(f"the backend returned {len(completions)} completions for {len(batch)} conversations")
+        except Exception as exc:  # noqa: BLE001 - every waiting episode must hear of it
+            error = exc if isinstance(exc, PolicyError) else PolicyError(f"{type(exc).__name__}: {exc}")
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+        else:
+            for (_, _, future), completion in zip(batch, completions, strict=True):
+                if not future.done():
+                    future.set_result(completion)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.busy_s += time.monotonic() - self._busy_since
+
+
+class RolloutEngine:
+    """Runs episodes of ``env_factory()`` environments with ``policy`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        env_factory: Callable[[], Env],
+        sampling: SamplingParams,
+        config: RolloutConfig | None = None,
+    ):
+        self.policy, self.env_factory, self.sampling = policy, env_factory, sampling
+        self.config = config or RolloutConfig()
+        self.stats: dict[str, float] = {}
+
+    # ---- public API ----
+
+    def run(self, episodes: Iterable[EpisodeRequest], sink: JsonlSink | None = None) -> list[Trajectory]:
+        """Run every episode (not already in ``sink``) to its end; the new trajectories in input order."""
+        episodes = list(_keyed(episodes))
+
+        async def collect() -> dict[str, Trajectory]:
+            return {t.info["key"]: t async for t in self.stream(episodes, sink)}
+
+        done = asyncio.run(collect())
+        return [done[r.key] for r in episodes if r.key in done]
+
+    async def stream(
+        self, episodes: Iterable[EpisodeRequest], sink: JsonlSink | None = None
+    ) -> AsyncIterator[Trajectory]:
+        """Trajectories in the order they finish. Requests are drawn lazily from ``episodes``
+        (at most ``max_episodes`` in flight), so the iterable may be endless."""
+        skip = sink.done_keys() if sink is not None else set()
+        generation = _Generation(self.policy, self.sampling, self.config)
+        pool = _DaemonPool(self.config.env_concurrency)
+        admitted = asyncio.Semaphore(self.config.max_episodes)
+        finished: asyncio.Queue[Trajectory | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+        started = time.monotonic()
+
+        async def one(request: EpisodeRequest) -> None:
+            try:
+                trajectory = await self._episode(request, generation, pool)
+                if sink is not None:
+                    sink.write(trajectory)
+                await finished.put(trajectory)
+            finally:
+                admitted.release()
+
+        async def admit() -> None:
+            try:
+                for request in _keyed(episodes):
+                    if request.key in skip:
+                        continue
+                    await admitted.acquire()
+                    task = asyncio.create_task(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                for outcome in await asyncio.gather(*list(running), return_exceptions=True):
+                    if isinstance(outcome, Exception):
+                        raise outcome  # the engine's own bug: surface it, never drop an episode silently
+            finally:
+                await finished.put(None)
+
+        generator = asyncio.create_task(generation.loop())
+        feeder = asyncio.create_task(admit())
+        try:
+            while (trajectory := await finished.get()) is not None:
+                yield trajectory
+            await feeder  # re-raises an error of the request iterable
+        finally:
+            for task in (feeder, generator, *running):
+                task.cancel()
+            await asyncio.gather(feeder, generator, *running, return_exceptions=True)
+            pool.shutdown()
+            wall = time.monotonic() - started
+            self.stats = {
+                "wall_s": wall,
+                "generate_busy_s": generation.busy_s,
+                "generate_calls": float(generation.calls),
+                "generator_busy_fraction": generation.busy_s / wall if wall > 0 else 0.0,
+            }
+
+    async def groups(
+        self, tasks: Iterable[Task], group_size: int, sink: JsonlSink | None = None, seed: int = 0
+    ) -> AsyncIterator[list[Trajectory]]:
+        """GRPO groups: the ``group_size`` trajectories of one task, yielded when the last one
+        finishes (infra failures included, with their status, for the trainer to mask)."""
+        members: dict[str, list[Trajectory]] = defaultdict(list)
+        async for trajectory in self.stream(requests(tasks, group_size, seed), sink):
+            group = members[trajectory.info["group"]]
+            group.append(trajectory)
+            if len(group) == group_size:
+                yield sorted(members.pop(trajectory.info["group"]), key=lambda t: t.info["key"])
+
+    # ---- one episode ----
+
+    async def _episode(self, request: EpisodeRequest, generation: _Generation, pool: _DaemonPool) -> Trajectory:
+        attempts = 0
+        while True:
+            attempts += 1
+            trajectory = Trajectory(
+                task=request.task, messages=[], seed=request.seed, policy_version=self.policy.version
+            )
+            try:
+                if self.config.episode_timeout_s is None:
+                    await self._attempt(request, trajectory, generation, pool)
+                else:
+                    await asyncio.wait_for(
+                        self._attempt(request, trajectory, generation, pool), self.config.episode_timeout_s
+                    )
+                retry = True  # an infra_error the environment reported (a sandbox failure, say)
+            except TimeoutError:
+                trajectory.score = Score.zero(
+                    Status.TIMEOUT, f"the episode did not finish within {self.config.episode_timeout_s} s"
+                )
+                retry = False
+            except _InfraFailure as failure:
+                trajectory.score = Score.zero(Status.INFRA_ERROR, str(failure))
+                retry = failure.retry
+            if trajectory.score is None:
+                trajectory.score = Score.zero(Status.INFRA_ERROR, "the episode ended without a score")
+            trajectory.info.update(key=request.key, group=request.group, attempts=attempts)
+            if not (trajectory.score.is_infra_error and retry and attempts <= self.config.infra_retries):
+                return trajectory
+
+    async def _attempt(
+        self, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, pool: _DaemonPool
+    ) -> None:
+        env = await self._env_call(pool, "create", self.env_factory)
+        try:
+            trajectory.env = env.name
+            obs: Observation = await self._env_call(pool, "reset", env.reset, request.task, request.seed, env=env)
+            trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
+            while True:
+                try:
+                    completion = await generation.complete(trajectory.messages, trajectory.tools)
+                except PolicyError as exc:
+                    raise _InfraFailure(f"model backend: {exc}") from None
+                result: StepResult = await self._env_call(pool, "step", env.step, completion.message(), env=env)
+                trajectory.turns.append(
+                    Turn(
+                        completion.prompt_ids,
+                        completion.completion_ids,
+                        completion.logprobs,
+                        result.reward,
+                        completion.finish_reason,
+                    )
+                )
+                trajectory.messages = list(env.messages)
+                if result.done:
+                    trajectory.score = result.score
+                    return
+        finally:
+            pool.submit(_close_quietly, env)
+
+    async def _env_call(
+        self, pool: _DaemonPool, what: str, fn: Callable[..., Any], *args: Any, env: Env | None = None
+    ) -> Any:
+        """An environment call on the pool (or the environment's own async method), with the
+        step time limit. Raising or hanging is the environment's failure: ``infra_error``."""
+        if env is not None and _overrides_async(env, what):
+            call = asyncio.ensure_future(getattr(env, "a" + what)(*args))
+        else:
+            call = asyncio.wrap_future(pool.submit(fn, *args))
+        done, _ = await asyncio.wait({call}, timeout=self.config.step_timeout_s)
+        if not done:
+            call.cancel()  # a thread cannot be stopped: it finishes (or hangs) on its own, unwaited
+            raise _InfraFailure(f"environment {what} did not finish within {self.config.step_timeout_s} s", retry=False)
+        try:
+            return call.result()
+        except Exception as exc:  # noqa: BLE001 - an environment bug, not the policy's answer
+            raise _InfraFailure(f"environment {what} raised {type(exc).__name__}: {exc}"[:1000]) from None
+
+
+def _overrides_async(env: Env, what: str) -> bool:
+    own = getattr(type(env), "a" + what, None)
+    return own is not None and own is not getattr(Env, "a" + what)
+
+
+class _DaemonPool:
+    """Threads for environment calls. Daemon threads: an environment call that never returns
+    must not keep the process alive at exit (a ThreadPoolExecutor joins its threads)."""
+
+    def __init__(self, size: int):
+        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [threading.Thread(target=self._work, daemon=True, name="ludus-env") for _ in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((fn, args, future))
+        return future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, args, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - delivered to the waiting episode
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Let queued jobs (environment closes) finish, then stop; never waits."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+def _close_quietly(env: Env) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing must not turn a finished episode into a failure
+        pass
+
+
+def _keyed(episodes: Iterable[EpisodeRequest]) -> Iterator[EpisodeRequest]:
+    """Requests with a key each (the index where none was given); keys must be unique."""
+    seen: set[str] = set()
+    for i, request in enumerate(episodes):
+        if not request.key:
+            request = EpisodeRequest(request.task, request.seed, key=str(i), group=request.group or str(i))
+        if request.key in seen:
+            raise ValueError(f"two episode requests share the key {request.key!r}; keys must be unique")
+        seen.add(request.key)
+        yield request
+
+
+class JsonlSink:
+    """Finished trajectories, one JSON line each, appended (and flushed) as they finish.
+
+    Opening an existing file keeps its complete lines — a line cut short by a crash is dropped —
+    so a rerun resumes: ``done_keys`` lists what is already there."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._kept: list[dict[str, Any]] = []
+        if self.path.exists():
+            raw = self.path.read_bytes()
+            complete, _, _ = raw.rpartition(b"\n")
+            for line in complete.splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # not ours or damaged: never fatal, never resumed from
+                if isinstance(record, dict) and isinstance(record.get("info"), dict) and "key" in record["info"]:
+                    self._kept.append(record)
+            if len(complete) + 1 != len(raw) and raw:
+                self.path.write_bytes(complete + b"\n" if complete else b"")
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the sink
+
+    def done_keys(self) -> set[str]:
+        return {r["info"]["key"] for r in self._kept}
+
+    def trajectories(self) -> list[Trajectory]:
+        """What the file held when opened (a resumed run's earlier results)."""
+        return [Trajectory.from_dict(r) for r in self._kept]
+
+    def write(self, trajectory: Trajectory) -> None:
+        self._file.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,167 @@
+"""Evaluation: any environment × any policy → mean reward, pass@k, best-of-N, per category.
+
+Used by ``ludus eval``. Episodes run on the rollout engine and stream to
+``<run dir>/trajectories.jsonl``; a rerun with ``resume`` skips what the file already holds,
+and the report always covers every trajectory in it.
+
+Metrics count only gradable samples: an ``infra_error`` says nothing about the policy, so it
+is reported on its own line and left out of every mean (a task with no gradable sample is
+left out too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ludus.core.env import Env
+from ludus.core.types import Status, Task, Trajectory
+from ludus.policies.base import Policy, SamplingParams
+from ludus.rollout.engine import JsonlSink, RolloutConfig, RolloutEngine, requests
+
+TRAJECTORIES = "trajectories.jsonl"
+SUMMARY = "summary.json"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` are correct:
+    1 - C(n-c, k) / C(n, k), the chance that k samples drawn without replacement include a correct one."""
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"pass@k needs 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class Summary:
+    """What an evaluation found. ``pass_at`` maps k to pass@k; ``best_of_n`` is the mean over
+    tasks of the best reward among a task's samples (the verifier picking the best)."""
+
+    tasks: int
+    samples: int
+    mean_reward: float
+    accuracy: float  # fraction of samples with reward 1
+    pass_at: dict[int, float]
+    best_of_n: float
+    infra_errors: int
+    statuses: dict[str, int]
+    categories: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pass_at"] = {str(k): v for k, v in self.pass_at.items()}
+        return out
+
+
+def category_of(task: Task) -> str:
+    """A task's category for the breakdown: ``info["category"]``, else its ``source``, else ``-``."""
+    value = task.info.get("category") if isinstance(task.info, dict) else None
+    return str(value) if value not in (None, "") else (task.source or "-")
+
+
+def summarize(trajectories: Sequence[Trajectory], ks: Sequence[int] = (1,)) -> Summary:
+    """Metrics over trajectories (any order; samples of one task share its id)."""
+    statuses = Counter(t.score.status if t.score else Status.INFRA_ERROR for t in trajectories)
+    gradable = [t for t in trajectories if t.score is not None and not t.score.is_infra_error]
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in gradable:
+        by_task[t.task.id].append(t)
+    fewest = min((len(v) for v in by_task.values()), default=0)
+    usable_ks = sorted({k for k in ks if 1 <= k <= fewest})
+
+    def stats(groups: dict[str, list[Trajectory]]) -> dict[str, Any]:
+        samples = [t for g in groups.values() for t in g]
+        rewards = [t.score.value for t in samples]  # type: ignore[union-attr]
+        return {
+            "tasks": len(groups),
+            "samples": len(samples),
+            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+            "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else 0.0,
+            "best_of_n": _mean([max(t.score.value for t in g) for g in groups.values()]),  # type: ignore[union-attr]
+            "pass_at": {
+                k: _mean([pass_at_k(len(g), sum(t.score.value >= 1.0 for t in g), k) for g in groups.values()])  # type: ignore[union-attr]
+                for k in usable_ks
+            },
+        }
+
+    overall = stats(by_task)
+    per_category: dict[str, dict[str, list[Trajectory]]] = defaultdict(dict)
+    for task_id, group in by_task.items():
+        per_category[category_of(group[0].task)][task_id] = group
+    categories = {}
+    if len(per_category) > 1:
+        for name, groups in sorted(per_category.items()):
+            s = stats(groups)
+            categories[name] = {"tasks": s["tasks"], "samples": s["samples"], "mean_reward": s["mean_reward"]} | {
+                f"pass@{k}": v for k, v in s["pass_at"].items()
+            }
+    return Summary(
+        tasks=overall["tasks"],
+        samples=overall["samples"],
+        mean_reward=overall["mean_reward"],
+        accuracy=overall["accuracy"],
+        pass_at=overall["pass_at"],
+        best_of_n=overall["best_of_n"],
+        infra_errors=statuses.get(Status.INFRA_ERROR, 0),
+        statuses=dict(statuses),
+        categories=categories,
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def evaluate(
+    policy: Policy,
+    env_factory: Callable[[], Env],
+    tasks: Sequence[Task],
+    run_dir: str | Path,
+    *,
+    samples: int = 1,
+    sampling: SamplingParams | None = None,
+    ks: Sequence[int] = (1,),
+    resume: bool = False,
+    config: RolloutConfig | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
+) -> Summary:
+    """Run ``samples`` episodes per task and summarise every trajectory in the run's file.
+
+    Without ``resume`` an existing trajectories file is an error (it would mix two runs);
+    with it, the episodes already there are skipped."""
+    run_dir = Path(run_dir)
+    path = run_dir / TRAJECTORIES
+    if path.exists() and path.stat().st_size > 0 and not resume:
+        raise FileExistsError(
+            f"{path} already holds trajectories: pass --resume to continue that run, or pick a new --name"
+        )
+    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config)
+    with JsonlSink(path) as sink:
+        earlier = sink.trajectories()
+        for trajectory in earlier:
+            if on_trajectory:
+                on_trajectory(trajectory)
+
+        async def run() -> list[Trajectory]:
+            new = []
+            async for trajectory in engine.stream(requests(tasks, samples), sink):
+                new.append(trajectory)
+                if on_trajectory:
+                    on_trajectory(trajectory)
+            return new
+
+        new = asyncio.run(run())
+    wanted = {f"{t.id}#{k}" for t in tasks for k in range(samples)}
+    everything = [t for t in [*earlier, *new] if t.info.get("key") in wanted]
+    summary = summarize(everything, ks)
+    (run_dir / SUMMARY).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    return summary

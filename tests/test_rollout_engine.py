@@ -1,0 +1,313 @@
+"""The async rollout engine: overlap, batching and bounds, groups, failures as statuses, JSONL and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+
+from ludus.core import registry
+from ludus.core.env import Env
+from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
+from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
+from ludus.policies.tiny import TinyPolicy
+from ludus.rollout.engine import EpisodeRequest, JsonlSink, RolloutConfig, RolloutEngine, requests
+
+HANG_GUARD_S = 20.0  # only so that a broken engine fails instead of hanging; never a timing assertion
+
+
+def arithmetic_tasks(n: int) -> list[Task]:
+    source = registry.make("arithmetic").task_source("train")
+    return [source.get(i) for i in range(n)]
+
+
+class Echo(Policy):
+    """Replies with the last user message; records every batch it was asked for."""
+
+    def __init__(self, fail_first: int = 0, fail_always: bool = False):
+        self.batches: list[int] = []
+        self.fail_first, self.fail_always = fail_first, fail_always
+        self.lock = threading.Lock()
+
+    def generate(self, conversations, sampling, generator=None, tools=None):
+        with self.lock:
+            self.batches.append(len(conversations))
+            if self.fail_always or len(self.batches) <= self.fail_first:
+                raise PolicyError("server answered 503")
+        return [Completion(c[-1].content, [1], [2], [-0.5], "stop") for c in conversations]
+
+
+class Counted(Env):
+    """Two turns; the answer is correct when it repeats the prompt. Counts what runs at once."""
+
+    name = "counted"
+    reward_range = (0.0, 1.0)
+    max_turns = 2
+    lock = threading.Lock()
+    alive = steps = max_alive = max_steps = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        with Counted.lock:
+            Counted.alive += 1
+            Counted.max_alive = max(Counted.max_alive, Counted.alive)
+
+    def begin(self, task: Task) -> Observation:
+        return Observation([Message("user", task.prompt)])
+
+    def transition(self, action: Message) -> StepResult:
+        with Counted.lock:
+            Counted.steps += 1
+            Counted.max_steps = max(Counted.max_steps, Counted.steps)
+        threading.Event().wait(0.01)
+        with Counted.lock:
+            Counted.steps -= 1
+        if self.turn == 0:
+            return StepResult(Observation([Message("user", self.task.prompt)]))
+        ok = action.content == self.task.prompt
+        return StepResult(Observation([]), float(ok), terminated=True, score=Score(float(ok)))
+
+    def close(self) -> None:
+        with Counted.lock:
+            Counted.alive -= 1
+
+    @classmethod
+    def reset_counts(cls) -> None:
+        cls.alive = cls.steps = cls.max_alive = cls.max_steps = 0
+
+
+def test_runs_real_episodes_in_input_order_with_tokens_and_groups():
+    tasks = arithmetic_tasks(6)
+    engine = RolloutEngine(TinyPolicy(), lambda: registry.make("arithmetic"), SamplingParams(max_tokens=6))
+    done = engine.run(requests(tasks, group_size=3))
+    assert [t.info["key"] for t in done] == [f"{task.id}#{k}" for task in tasks for k in range(3)]
+    for t in done:
+        assert t.score is not None and t.score.status != Status.INFRA_ERROR
+        assert t.turns and len(t.turns[0].completion_ids) == len(t.turns[0].logprobs) > 0
+        assert t.env == "arithmetic" and t.info["attempts"] == 1
+
+    async def collect():
+        return [g async for g in engine.groups(tasks, group_size=4)]
+
+    groups = asyncio.run(collect())
+    assert sorted(g[0].task.id for g in groups) == sorted(t.id for t in tasks)
+    assert all(len(g) == 4 and len({t.task.id for t in g}) == 1 for g in groups)
+
+
+def test_generation_overlaps_environment_steps():
+    """An environment step that can only finish once the model has been called again:
+    a loop that waits for every step before generating would never see that call."""
+    calls = threading.Event()
+    seen_overlap: list[bool] = []
+
+    class Watching(Echo):
+        def generate(self, conversations, sampling, generator=None, tools=None):
+            out = super().generate(conversations, sampling, generator, tools)
+            if len(self.batches) >= 2:
+                calls.set()
+            return out
+
+    class Blocking(Env):
+        name = "blocking"
+
+        def begin(self, task):
+            if task.id == "late":
+                threading.Event().wait(0.2)  # joins after the first generate call
+            return Observation([Message("user", task.prompt)])
+
+        def transition(self, action):
+            if self.task.id == "early":
+                seen_overlap.append(calls.wait(HANG_GUARD_S))
+            return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+
+    engine = RolloutEngine(Watching(), Blocking, SamplingParams(max_tokens=4))
+    done = engine.run([EpisodeRequest(Task("early", "a")), EpisodeRequest(Task("late", "b"))])
+    assert seen_overlap == [True]
+    assert [t.score.value for t in done] == [1.0, 1.0]
+
+
+def test_bounds_on_batch_episodes_and_environment_threads():
+    Counted.reset_counts()
+    policy = Echo()
+    config = RolloutConfig(max_batch=5, max_episodes=7, env_concurrency=3)
+    engine = RolloutEngine(policy, Counted, SamplingParams(max_tokens=4), config)
+    done = engine.run(requests([Task(f"t{i}", f"p{i}") for i in range(30)]))
+    assert [t.score.value for t in done] == [1.0] * 30
+    assert max(policy.batches) <= 5 and sum(policy.batches) == 60
+    assert Counted.max_alive <= 7 and Counted.max_steps <= 3
+    assert Counted.alive == 0  # every environment was closed
+
+
+def test_backend_failures_are_retried_then_masked_never_scored():
+    tasks = [Task("t0", "x"), Task("t1", "y")]
+    flaky = RolloutEngine(Echo(fail_first=1), Counted, SamplingParams(max_tokens=4))
+    done = flaky.run(requests(tasks))
+    assert [t.score.value for t in done] == [1.0, 1.0]
+    assert max(t.info["attempts"] for t in done) == 2
+
+    dead = RolloutEngine(Echo(fail_always=True), Counted, SamplingParams(max_tokens=4), RolloutConfig(infra_retries=2))
+    done = dead.run(requests(tasks))
+    assert [t.score.status for t in done] == [Status.INFRA_ERROR] * 2
+    assert all("model backend" in t.score.reason and t.info["attempts"] == 3 for t in done)
+
+
+class Crashing(Env):
+    name = "crashing"
+    made = 0
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.where = where
+        if where == "init":
+            raise RuntimeError("cannot start the browser")
+
+    def begin(self, task):
+        if self.where == "reset":
+            raise OSError("database is gone")
+        return Observation([Message("user", task.prompt)])
+
+    def transition(self, action):
+        if self.where == "step":
+            raise ValueError("bug in the environment")
+        if self.where == "hang":
+            threading.Event().wait()  # never returns
+        return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [
+        ("init", "environment create raised RuntimeError"),
+        ("reset", "environment reset raised OSError"),
+        ("step", "Crashing.transition raised ValueError"),
+        ("hang", "environment step did not finish within 0.3 s"),
+    ],
+)
+def test_environment_crashes_and_hangs_end_as_infra_error(where, reason):
+    config = RolloutConfig(step_timeout_s=0.3, infra_retries=1)
+    engine = RolloutEngine(Echo(), lambda: Crashing(where), SamplingParams(max_tokens=4), config)
+    done = engine.run(requests([Task("t0", "x")]))
+    (t,) = done
+    assert t.score.status == Status.INFRA_ERROR and t.score.value == 0.0
+    assert reason in t.score.reason
+    assert t.info["attempts"] == (1 if where == "hang" else 2)  # a hang is not retried
+
+
+def test_episode_time_limit_is_a_timeout():
+    class Slow(Env):
+        name = "slow"
+        max_turns = 1000
+
+        def begin(self, task):
+            return Observation([Message("user", task.prompt)])
+
+        def transition(self, action):
+            threading.Event().wait(0.05)
+            return StepResult(Observation([Message("user", "again")]))
+
+    config = RolloutConfig(episode_timeout_s=0.4)
+    (t,) = RolloutEngine(Echo(), Slow, SamplingParams(max_tokens=4), config).run(requests([Task("t", "x")]))
+    assert t.score.status == Status.TIMEOUT and t.score.value == 0.0 and t.turns
+
+
+def test_results_stream_to_jsonl_and_a_rerun_resumes(tmp_path):
+    path = tmp_path / "out" / "trajectories.jsonl"
+    tasks = [Task(f"t{i}", f"p{i}") for i in range(8)]
+    engine = RolloutEngine(Echo(), Counted, SamplingParams(max_tokens=4), RolloutConfig(max_episodes=2))
+
+    async def first_three():
+        got = []
+        with JsonlSink(path) as sink:
+            async for t in engine.stream(requests(tasks), sink):
+                got.append(t)
+                if len(got) == 3:
+                    break  # an interrupted run
+        return got
+
+    first = asyncio.run(first_three())
+    on_disk = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["info"]["key"] for r in on_disk} >= {t.info["key"] for t in first}
+    with path.open("a") as fh:
+        fh.write('{"info": {"key": "t7#0"}, "cut sho')  # a line cut short by a crash
+
+    with JsonlSink(path) as sink:
+        kept = sink.done_keys()
+        assert "t7#0" not in kept and len(kept) == len(on_disk)
+        rest = engine.run(requests(tasks), sink)
+    assert {t.info["key"] for t in rest} == {f"t{i}#0" for i in range(8)} - kept
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["info"]["key"] for r in lines) == sorted(f"t{i}#0" for i in range(8))
+    assert all(r["score"]["value"] == 1.0 for r in lines)
+
+
+def test_duplicate_keys_are_refused():
+    engine = RolloutEngine(Echo(), Counted, SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="share the key"):
+        engine.run([EpisodeRequest(Task("a", "x"), key="k"), EpisodeRequest(Task("b", "y"), key="k")])
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="max_batch"):
+        RolloutConfig(max_batch=0)
+
+
+# ---- evaluation (ludus eval) ----
+
+
+def test_pass_at_k_matches_counting_every_draw():
+    import itertools
+    import math as m
+
+    from ludus.rollout.evaluate import pass_at_k
+
+    for n in range(1, 7):
+        for c in range(n + 1):
+            outcomes = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                draws = list(itertools.combinations(range(n), k))
+                expected = sum(any(outcomes[i] for i in d) for d in draws) / len(draws)
+                assert m.isclose(pass_at_k(n, c, k), expected)
+    with pytest.raises(ValueError, match="at least 3 samples"):
+        pass_at_k(2, 1, 3)
+
+
+def test_summary_leaves_infra_errors_out_and_breaks_down_by_category():
+    from ludus.core.types import Trajectory
+    from ludus.rollout.evaluate import summarize
+
+    def traj(task_id, category, value, status=Status.CORRECT):
+        task = Task(task_id, "p", info={"category": category})
+        return Trajectory(task=task, messages=[], score=Score(value, status))
+
+    trajectories = [
+        traj("a", "easy", 1.0),
+        traj("a", "easy", 0.0, Status.WRONG),
+        traj("b", "hard", 0.0, Status.WRONG),
+        traj("b", "hard", 0.0, Status.INFRA_ERROR),
+        traj("b", "hard", 0.5, Status.PARTIAL),
+    ]
+    s = summarize(trajectories, ks=(1, 2, 3))
+    assert s.samples == 4 and s.infra_errors == 1 and s.tasks == 2
+    assert s.mean_reward == pytest.approx(1.5 / 4)
+    assert s.accuracy == pytest.approx(1 / 4)
+    assert s.pass_at == {1: pytest.approx((0.5 + 0.0) / 2), 2: pytest.approx((1.0 + 0.0) / 2)}  # 3 > 2 samples of a
+    assert s.best_of_n == pytest.approx((1.0 + 0.5) / 2)
+    assert s.categories["easy"]["pass@1"] == pytest.approx(0.5) and s.categories["hard"]["samples"] == 2
+
+
+def test_evaluate_writes_trajectories_and_summary_and_resumes(tmp_path):
+    from ludus.rollout.evaluate import SUMMARY, TRAJECTORIES, evaluate
+
+    tasks = [Task(f"t{i}", f"p{i}") for i in range(4)]
+    first = evaluate(Echo(), Counted, tasks[:2], tmp_path, samples=3, ks=(1, 3))
+    assert first.samples == 6 and first.pass_at == {1: 1.0, 3: 1.0}
+    with pytest.raises(FileExistsError, match="--resume"):
+        evaluate(Echo(), Counted, tasks, tmp_path, samples=3)
+    policy = Echo()
+    second = evaluate(policy, Counted, tasks, tmp_path, samples=3, resume=True)
+    assert sum(policy.batches) == 2 * 3 * 2  # only the two new tasks ran (two turns each)
+    assert second.tasks == 4 and second.samples == 12
+    assert len((tmp_path / TRAJECTORIES).read_text().splitlines()) == 12
+    assert json.loads((tmp_path / SUMMARY).read_text())["samples"] == 12
