@@ -311,3 +311,89 @@ def test_evaluate_writes_trajectories_and_summary_and_resumes(tmp_path):
     assert second.tasks == 4 and second.samples == 12
     assert len((tmp_path / TRAJECTORIES).read_text().splitlines()) == 12
     assert json.loads((tmp_path / SUMMARY).read_text())["samples"] == 12
+
+
+SLOW_ENV = """
+import threading
+from ludus.core.env import Env
+from ludus.core.types import Message, Observation, Score, StepResult, Task
+
+
+class Source:
+    size = 120
+
+    def get(self, index):
+        return Task(f"slow/{index}", f"q{index}", info={"category": "odd" if index % 2 else "even"})
+
+
+class SlowEnv(Env):
+    name = "slow"
+
+    def default_tasks(self, split="train"):
+        return Source()
+
+    def begin(self, task):
+        return Observation([Message("user", task.prompt)])
+
+    def transition(self, action):
+        threading.Event().wait(0.05)
+        return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+"""
+
+
+def _eval_process(tmp_path, *extra):
+    import subprocess
+    import sys
+
+    (tmp_path / "slowenv.py").write_text(SLOW_ENV)
+    program = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import slowenv\n"
+        "from ludus.core import registry; registry.register('slow', slowenv.SlowEnv)\n"
+        "from ludus.cli import main; sys.exit(main(sys.argv[2:]))\n"
+    )
+    argv = ["eval", "slow", "--runs", str(tmp_path), "--name", "r", "--max-tokens", "4", "--env-workers", "2"]
+    return subprocess.Popen(
+        [sys.executable, "-c", program, str(tmp_path), *argv, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_ctrl_c_during_ludus_eval_keeps_every_finished_episode_and_resume_completes(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "r" / "trajectories.jsonl"
+    proc = _eval_process(tmp_path, "--batch", "2")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while (not out.exists() or len(out.read_text().splitlines()) < 5) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err
+    kept = [json.loads(line) for line in out.read_text().splitlines()]  # every line is whole
+    assert 5 <= len(kept) < 120
+
+    proc = _eval_process(tmp_path, "--resume")
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["info"]["key"] for r in lines) == sorted(f"slow/{i}#0" for i in range(120))
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["samples"] == 120 and summary["mean_reward"] == 1.0
+    assert set(summary["categories"]) == {"odd", "even"}
+    assert "mean reward" in stdout and "pass@1" in stdout
+
+
+def test_ludus_eval_refuses_to_mix_runs_and_bad_k(tmp_path):
+    first = _eval_process(tmp_path, "--tasks", "3")
+    first.communicate(timeout=120)
+    assert first.returncode == 0
+    again = _eval_process(tmp_path, "--tasks", "3")
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 2 and "--resume" in err
+    bad = _eval_process(tmp_path, "--tasks", "3", "--k", "5", "--name", "other")
+    _, err = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and "--k" in err

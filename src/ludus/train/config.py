@@ -36,8 +36,11 @@ class TrainConfig:
     # environment and tasks
     env: str = "arithmetic"
     env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+", "digit_credit": 0.5})
-    # model: "tiny" (the embedded model, warm-started into a cached base) or a saved policy folder
+    # model: "tiny" (the embedded model, warm-started into a cached base), a folder saved by ludus (tiny or
+    # transformers, e.g. a run's final/) or "hf:PATH" (a local transformers checkpoint; see docs/models.md).
+    # The RL defaults below are tuned for tiny: a pretrained model wants a far smaller lr (around 1e-6).
     model: str = "tiny"
+    # tiny and warmstart_* apply to model: tiny only
     tiny: dict[str, Any] = field(default_factory=dict)  # TinyConfig overrides: d_model, n_layers, n_heads, max_len
     warmstart_steps: int = 180  # supervised steps that make the cached base model; 0 = start from random weights
     warmstart_batch: int = 64
@@ -120,7 +123,24 @@ class TrainConfig:
             raise ConfigError(
                 "config field 'temperature' must be > 0 for RL sampling (greedy decoding gives identical group samples)"
             )
+        self._validate_model()
         assert self.scale_rewards in SCALES and self.loss_agg in LOSS_AGGS  # guaranteed by the Literal check
+
+    def _validate_model(self) -> None:
+        """Catch a model that cannot be trained before a run folder is made for it."""
+        if self.model == "tiny":
+            return
+        if self.model.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"config field 'model' is {self.model!r}, a model server, whose weights cannot be trained from "
+                "here; use a local model: hf:PATH (a transformers checkpoint folder) or a folder saved by ludus"
+            )
+        folder = Path(self.model.removeprefix("hf:"))
+        if not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"config field 'model' must be 'tiny', a folder saved by ludus or hf:PATH (a local transformers "
+                f"checkpoint); {str(folder)!r} is not such a folder (no config.json there)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import yaml
 
+from ludus import policies
 from ludus.core import registry
 from ludus.core.env import Env
 from ludus.core.types import Status, Task, Trajectory
@@ -125,8 +126,10 @@ def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
 
 
 def load_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> TrainablePolicy:
+    """The policy to train: the embedded tiny model (warm-started into a cached base model), or a
+    saved folder / ``hf:PATH`` checkpoint read through :func:`ludus.policies.load_policy`."""
     if config.model != "tiny":
-        return TinyPolicy.load(config.model)
+        return _load_trainable(config.model)
     try:
         TinyConfig(**config.tiny)
     except TypeError as exc:
@@ -144,6 +147,17 @@ def load_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> Tr
     )
     policy, path, created = make_base_model(env, recipe)
     log(f"{'created' if created else 'loaded cached'} base model {path}")
+    return policy
+
+
+def _load_trainable(spec: str) -> TrainablePolicy:
+    try:
+        policy = policies.load_policy(spec)
+    except (ValueError, OSError, ImportError) as exc:
+        raise ConfigError(f"config field 'model' ({spec!r}): {exc}") from exc
+    if not isinstance(policy, TrainablePolicy):  # e.g. a model server, which holds no weights here
+        policy.close()
+        raise ConfigError(f"config field 'model' ({spec!r}) loads a {type(policy).__name__}, which cannot be trained")
     return policy
 
 
@@ -224,7 +238,8 @@ class Trainer:
 
     def _load_checkpoint(self, path: Path) -> tuple[int, float]:
         state = json.loads((path / "state.json").read_text())
-        self.policy.module.load_state_dict(TinyPolicy.load(path / "policy").module.state_dict())
+        saved = type(self.policy).load(path / "policy")
+        self.policy.module.load_state_dict(saved.module.state_dict())
         blob = torch.load(path / "trainer.pt", weights_only=False)
         self.optimizer.load_state_dict(blob["optimizer"])
         self.generator.set_state(blob["generator"])

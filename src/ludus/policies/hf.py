@@ -1,0 +1,372 @@
+"""Causal language models from transformers, read from a local folder, behind :class:`TrainablePolicy`.
+
+Sampling is Ludus's own loop over the model's forward pass with a KV cache, not
+``model.generate``: each sampled token's behaviour log-prob then comes from the same arithmetic
+as :meth:`HFPolicy.token_logprobs` (float32 log-softmax of the temperature-scaled logits, before
+top-p), so the importance ratios the trainer computes start at 1 up to float rounding.
+
+Prompts are rendered with the tokenizer's chat template; see :meth:`HFPolicy.render` for what
+happens when a template cannot show tools or tool calls, or when there is no template at all.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ludus.core.tools import parse_tool_calls, render_tool_calls
+from ludus.core.types import Message, ToolCall, ToolSpec
+from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy
+
+# A name no real tool has: rendering it shows whether a chat template writes tools and tool calls.
+_PROBE = "ludus_probe_tool_7f3a"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _sample(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under the temperature-scaled distribution (before
+    top-p). Greedy decoding reports the log-prob at temperature 1."""
+    logits = logits.float()
+    if sampling.temperature == 0:
+        token = logits.argmax(-1)
+        return token, F.log_softmax(logits, dim=-1).gather(-1, token[:, None])[:, 0]
+    logp = F.log_softmax(logits / sampling.temperature, dim=-1)
+    probs = logp.exp()
+    if sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p  # mass before this token already suffices
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
+    if generator is not None and generator.device != probs.device:  # a CPU generator drives a GPU model
+        token = torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].to(probs.device)
+    else:
+        token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return token, logp.gather(-1, token[:, None])[:, 0]
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers draws a progress bar per load and save; inside ``ludus train`` they would
+    break the run's own progress display at every checkpoint."""
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
+    if dtype is None:
+        return torch.float32  # optimizer updates need full-precision weights
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    resolved = getattr(torch, str(dtype), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"dtype {dtype!r} is not a torch dtype; use e.g. 'float32', 'bfloat16' or 'float16'")
+    return resolved
+
+
+def _tool_prompt(tools: Sequence[ToolSpec]) -> str:
+    lines = "\n".join(json.dumps(t.to_dict(), ensure_ascii=False) for t in tools)
+    return (
+        f"You can call these tools:\n{lines}\n"
+        'To call one, write <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>.'
+    )
+
+
+def _call_dict(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+class HFPolicy(TrainablePolicy):
+    """A transformers causal LM and its tokenizer. Build one with :meth:`load` (or
+    ``load_policy("hf:PATH")``); the constructor wraps objects already in memory."""
+
+    def __init__(self, module: torch.nn.Module, tokenizer: Any, name: str = "") -> None:
+        self.module = module
+        self.tokenizer = tokenizer
+        self.name = name or str(getattr(module.config, "name_or_path", "")) or type(module).__name__
+        eos: set[int] = set()
+        for ids in (tokenizer.eos_token_id, getattr(getattr(module, "generation_config", None), "eos_token_id", None)):
+            eos.update([ids] if isinstance(ids, int) else ids or [])
+        if not eos:
+            raise ValueError(
+                f"{self.name} has no end-of-sequence token, so sampling could never stop; set eos_token in "
+                "tokenizer_config.json or eos_token_id in generation_config.json"
+            )
+        self.eos_ids = sorted(eos)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        config = module.config
+        self.context: int | None = getattr(config, "max_position_embeddings", None) or getattr(
+            config, "n_positions", None
+        )
+        # Prefill needs only the last position's logits; a full [batch, prompt, vocab] tensor can be gigabytes.
+        self._keep_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
+        self.has_template = bool(getattr(tokenizer, "chat_template", None))
+        self._shows_tools = self.has_template and self._template_shows([{"role": "user", "content": "hi"}], True)
+        self._shows_calls = self.has_template and self._template_shows(
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "tool_calls": [_call_dict(ToolCall(_PROBE, {}, "call_0"))]},
+            ],
+            False,
+        )
+
+    # ---- loading and saving ------------------------------------------------------------
+    @classmethod
+    def load(
+        cls, path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
+    ) -> HFPolicy:
+        """Model and tokenizer from a folder written by ``save_pretrained`` (never the Hub).
+        ``dtype`` defaults to float32, which training needs; ``"bfloat16"`` halves memory for evaluation."""
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - an optional extra
+        except ImportError as exc:
+            raise ImportError(
+                f"loading {path} needs transformers, which is not installed: pip install 'ludus[hf]'"
+            ) from exc
+
+        folder = Path(path)
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{folder} is not a transformers checkpoint (no config.json); pass a local folder written by "
+                "save_pretrained, e.g. model: hf:/path/to/model (models are never downloaded)"
+            )
+        if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            raise FileNotFoundError(
+                f"{folder} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); "
+                "save the model's tokenizer there with tokenizer.save_pretrained(folder)"
+            )
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except (OSError, ValueError, TypeError) as exc:
+            raise FileNotFoundError(
+                f"{folder} has no tokenizer that transformers can load ({exc}); "
+                "save the model's tokenizer there with tokenizer.save_pretrained(folder)"
+            ) from exc
+        try:
+            with _no_progress_bars():
+                module = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"cannot load a causal language model from {folder} ({exc}); the folder needs the config.json of "
+                "a decoder-only architecture transformers knows and the weights (model.safetensors)"
+            ) from exc
+        module.to(device=torch.device(device), dtype=_resolve_dtype(dtype))
+        return cls(module, tokenizer, name=str(folder))
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with _no_progress_bars():
+            self.module.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    # ---- prompts -----------------------------------------------------------------------
+    def _template_shows(self, messages: list[dict[str, Any]], with_tools: bool) -> bool:
+        from jinja2 import TemplateError  # noqa: PLC0415 - transformers' template engine
+
+        tools = [ToolSpec(_PROBE, "probe").to_openai()] if with_tools else None
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+        except TemplateError:
+            return False
+        return _PROBE in text
+
+    def render(self, messages: list[Message], tools: Sequence[ToolSpec] = ()) -> str:
+        """The prompt text for ``messages``, ending where the assistant's reply begins.
+
+        With a chat template: tools go to the template, and assistant tool calls as structured
+        ``tool_calls``. A template that does not show tools gets them described in the system
+        message instead; one that does not show tool calls gets them written into the content as
+        ``<tool_call>`` blocks (the form the model is asked to write).
+
+        Without a chat template (a base model): ``role: content`` lines, assistant lines ending in
+        the EOS token, tools described on a first ``system:`` line, and a final ``assistant:``.
+        """
+        if not self.has_template:
+            lines = [f"system: {_tool_prompt(tools)}"] if tools else []
+            for m in messages:
+                if m.role == "assistant":
+                    lines.append(f"assistant: {m.content}{render_tool_calls(m.tool_calls)}{self.tokenizer.eos_token}")
+                else:
+                    lines.append(f"{m.role}: {m.content}")
+            return (self.tokenizer.bos_token or "") + "".join(line + "\n" for line in lines) + "assistant:"
+        chat: list[dict[str, Any]] = []
+        for m in messages:
+            entry: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.tool_calls and self._shows_calls:
+                entry["tool_calls"] = [_call_dict(c) for c in m.tool_calls]
+            elif m.tool_calls:
+                entry["content"] = m.content + render_tool_calls(m.tool_calls)
+            if m.tool_call_id is not None:
+                entry["tool_call_id"] = m.tool_call_id
+            if m.name is not None:
+                entry["name"] = m.name
+            chat.append(entry)
+        if tools and not self._shows_tools:
+            if chat and chat[0]["role"] == "system":
+                chat[0] = {**chat[0], "content": f"{chat[0]['content']}\n\n{_tool_prompt(tools)}"}
+            else:
+                chat.insert(0, {"role": "system", "content": _tool_prompt(tools)})
+        from jinja2 import TemplateError  # noqa: PLC0415
+
+        try:
+            return self.tokenizer.apply_chat_template(
+                chat,
+                tools=[t.to_openai() for t in tools] if tools and self._shows_tools else None,
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+        except TemplateError as exc:
+            roles = "/".join(dict.fromkeys(m.role for m in messages))
+            raise ValueError(
+                f"the chat template of {self.name} cannot render a conversation with roles {roles}: {exc}. "
+                "Use an environment whose messages the template supports, or a tokenizer whose chat template "
+                "handles these roles"
+            ) from exc
+
+    def encode_prompt(self, messages: list[Message], tools: Sequence[ToolSpec] = ()) -> list[int]:
+        """Token ids of :meth:`render`'s text (special tokens come from the template, none are added)."""
+        return self.tokenizer.encode(self.render(messages, tools), add_special_tokens=False)
+
+    def _check_fits(self, prompt_tokens: int, completion_tokens: int) -> None:
+        if self.context is not None and prompt_tokens + completion_tokens > self.context:
+            raise ValueError(
+                f"a prompt of {prompt_tokens} tokens plus {completion_tokens} completion tokens exceeds the "
+                f"context of {self.name} ({self.context} positions); lower max_tokens or shorten the prompt "
+                "(a shorter system message, fewer turns or smaller tool outputs)"
+            )
+
+    def _left_pad(self, rows: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Ids, attention mask and position ids with each row right-aligned at ``width``, so every
+        row's next token is in the same column; positions count real tokens only."""
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        return ids.to(self.device), mask.to(self.device), positions.to(self.device)
+
+    # ---- sampling ----------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        tools: Tools = None,
+    ) -> list[Completion]:
+        if not conversations:
+            return []
+        offered = list(tools) if tools is not None else [()] * len(conversations)
+        prompts = [self.encode_prompt(c, t) for c, t in zip(conversations, offered, strict=True)]
+        self._check_fits(max(map(len, prompts)), sampling.max_tokens)
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            return self._generate(prompts, sampling, generator)
+        finally:
+            self.module.train(was_training)
+
+    def _generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
+    ) -> list[Completion]:
+        b = len(prompts)
+        ids, mask, positions = self._left_pad(prompts, max(map(len, prompts)))
+        keep = {"logits_to_keep": 1} if self._keep_logits else {}
+        out = self.module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
+        eos = torch.tensor(self.eos_ids, device=ids.device)
+        next_pos = positions[:, -1:] + 1
+        finished = torch.zeros(b, dtype=torch.bool, device=ids.device)
+        tokens, logprobs = [], []
+        for t in range(sampling.max_tokens):
+            token, lp = _sample(out.logits[:, -1], sampling, generator)
+            token = token.masked_fill(finished, self.pad_id)  # finished rows idle until the batch ends
+            tokens.append(token)
+            logprobs.append(lp)
+            finished |= torch.isin(token, eos)
+            if bool(finished.all()) or t + 1 == sampling.max_tokens:
+                break
+            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            out = self.module(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=next_pos,
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+        all_ids = torch.stack(tokens, 1).tolist()
+        all_lp = torch.stack(logprobs, 1).tolist()
+        stops = set(self.eos_ids)
+        results = []
+        for prompt, row, lps in zip(prompts, all_ids, all_lp, strict=True):
+            n = next((k + 1 for k, tok in enumerate(row) if tok in stops), len(row))
+            stopped = row[n - 1] in stops
+            text, calls = parse_tool_calls(self.tokenizer.decode(row[:n], skip_special_tokens=True))
+            results.append(
+                Completion(
+                    text=text,
+                    prompt_ids=prompt,
+                    completion_ids=row[:n],
+                    logprobs=lps[:n],
+                    finish_reason="tool_calls" if calls and stopped else "stop" if stopped else "length",
+                    tool_calls=calls,
+                )
+            )
+        return results
+
+    # ---- training ----------------------------------------------------------------------
+    def token_logprobs(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores the batch laid out as sampling lays it out (prompts left-padded, so every
+        completion starts in the same column), keeping logits for completion positions only.
+        ``temperature == 0`` scores at temperature 1, as greedy sampling reports. Returned
+        tensors are on the model's device."""
+        longest = max(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]) + len(completion_ids[i]))
+        self._check_fits(len(prompt_ids[longest]), len(completion_ids[longest]))
+        width, t_max = max(map(len, prompt_ids)), max(map(len, completion_ids))
+        ids, mask, _ = self._left_pad(prompt_ids, width)
+        tail = torch.full((len(prompt_ids), t_max), self.pad_id, dtype=torch.long)
+        tail_mask = torch.zeros((len(prompt_ids), t_max), dtype=torch.long)
+        for i, row in enumerate(completion_ids):
+            tail[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            tail_mask[i, : len(row)] = 1
+        tail, tail_mask = tail.to(ids.device), tail_mask.to(ids.device)
+        ids, mask = torch.cat([ids, tail], 1), torch.cat([mask, tail_mask], 1)
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        keep = {"logits_to_keep": t_max + 1} if self._keep_logits else {}
+        # Eval mode, as in sampling: dropout (GPT-2 has some) would make the scores differ from the
+        # behaviour log-probs. Gradients flow the same.
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            out = self.module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, **keep)
+        finally:
+            self.module.train(was_training)
+        logits = out.logits
+        # Completion token t sits in column width + t and is predicted by column width + t - 1.
+        logits = logits[:, -(t_max + 1) : -1].float() / (temperature if temperature > 0 else 1.0)
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, tail[:, :, None])[:, :, 0]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
