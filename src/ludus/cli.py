@@ -1,4 +1,4 @@
-"""The ``ludus`` command: ``train``, ``warmstart``, ``envs``, ``check``.
+"""The ``ludus`` command: ``train``, ``eval``, ``warmstart``, ``verify``, ``serve-model``, ``envs``, ``check``, ``doctor``.
 
 Every error a user can cause (a bad config value, an unknown environment, a malformed task
 file) ends in one plain sentence on stderr and exit code 2, never a traceback.
@@ -19,7 +19,13 @@ from rich.table import Table
 from ludus.core.registry import EnvLoadError, UnknownEnvError, entries
 
 console = Console(stderr=True)
-USER_ERRORS: tuple[type[BaseException], ...] = (UnknownEnvError, EnvLoadError, ValueError, FileNotFoundError)
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    UnknownEnvError,
+    EnvLoadError,
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +122,99 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
             on_step=lambda s, loss: progress.update(bar, completed=s, description=f"loss {loss:.3f}"),
         )
     console.print(f"{'created' if created else 'already cached (use --force to re-create)'}: {path}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from ludus.core.registry import env_class
+    from ludus.policies import SamplingParams, load_policy
+    from ludus.rollout.engine import RolloutConfig
+    from ludus.rollout.evaluate import evaluate
+
+    ks = sorted({int(k) for k in args.k.split(",") if k.strip()}) if args.k else [1]
+    if not ks or ks[0] < 1 or ks[-1] > args.samples:
+        raise ValueError(f"--k must be positive and at most --samples ({args.samples}); got {args.k!r}")
+    env_args = json.loads(args.env_args) if args.env_args else {}
+    cls = env_class(args.env)
+    source = cls(**env_args).task_source(args.split)
+    count = args.tasks if args.tasks is not None else (source.size if source.size is not None else 100)
+    if source.size is not None and count > source.size:
+        raise ValueError(f"--tasks {count} is more than the {source.size} tasks of {args.env}'s {args.split} split")
+    tasks = [source.get(i) for i in range(count)]
+    temperature = args.temperature if args.temperature is not None else (1.0 if args.samples > 1 else 0.0)
+    sampling = SamplingParams(temperature=temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+    if args.model_name and not args.model.startswith(("http://", "https://")):
+        raise ValueError("--model-name picks a model on an OpenAI-compatible server; it needs --model http(s)://...")
+    options = {"model": args.model_name} if args.model_name else {}
+    policy = load_policy(args.model, **options)
+    run_dir = Path(args.runs) / (args.name or f"eval-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    config = RolloutConfig(max_batch=args.batch, env_concurrency=args.env_workers, generate_calls=args.generate_calls)
+    console.print(
+        f"[bold]ludus eval[/] env={args.env} ({args.split}, {count} tasks × {args.samples}) model={args.model} "
+        f"temperature={temperature} run={run_dir}"
+    )
+    state = {"n": 0, "reward": 0.0, "infra": 0}
+    try:
+        with Progress(
+            TextColumn("[bold blue]eval"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+        ) as progress:
+            bar = progress.add_task("", total=count * args.samples)
+
+            def on_trajectory(trajectory: Any) -> None:
+                score = trajectory.score
+                if score is not None and score.is_infra_error:
+                    state["infra"] += 1
+                else:
+                    state["n"] += 1
+                    state["reward"] += score.value if score is not None else 0.0
+                mean = state["reward"] / state["n"] if state["n"] else 0.0
+                progress.update(bar, advance=1, description=f"mean reward {mean:.3f} infra errors {state['infra']}")
+
+            summary = evaluate(
+                policy,
+                lambda: cls(**env_args),
+                tasks,
+                run_dir,
+                samples=args.samples,
+                sampling=sampling,
+                ks=ks,
+                resume=args.resume,
+                config=config,
+                on_trajectory=on_trajectory,
+            )
+    except KeyboardInterrupt:
+        console.print(
+            f"interrupted: every finished episode is in {run_dir / 'trajectories.jsonl'}; "
+            f"continue with the same command plus --resume --name {run_dir.name}"
+        )
+        return 130
+    finally:
+        policy.close()
+    table = Table("metric", "value", title=f"{args.env} × {args.model}")
+    table.add_row("tasks", str(summary.tasks))
+    table.add_row("samples (gradable)", str(summary.samples))
+    table.add_row("mean reward", f"{summary.mean_reward:.4f}")
+    table.add_row("accuracy (reward 1)", f"{summary.accuracy:.4f}")
+    for k, value in summary.pass_at.items():
+        table.add_row(f"pass@{k}", f"{value:.4f}")
+    table.add_row(f"best-of-{args.samples}", f"{summary.best_of_n:.4f}")
+    table.add_row("infra errors (not counted)", str(summary.infra_errors))
+    table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))
+    Console().print(table)
+    if summary.categories:
+        by_category = Table("category", *next(iter(summary.categories.values())).keys(), title="by category")
+        for name, row in summary.categories.items():
+            by_category.add_row(name, *(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row.values()))
+        Console().print(by_category)
+    console.print(f"trajectories and summary.json in {run_dir}")
     return 0
 
 
@@ -252,6 +351,53 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if found.backend == "bwrap" else 1
 
 
+def cmd_serve_model(args: argparse.Namespace) -> int:
+    import socket
+
+    try:
+        import uvicorn
+
+        from ludus.serve.model_server import create_app
+    except ImportError as exc:
+        from rich.markup import escape
+
+        hint = f"ludus serve-model needs FastAPI and uvicorn: pip install 'ludus[serve]' ({exc})"
+        console.print(f"[red]error:[/] {escape(hint)}")
+        return 2
+    from ludus.policies import load_policy
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535 (0 picks a free one), got {args.port}")
+    policy = load_policy(args.model)
+    app = create_app(policy, args.name or args.model, max_batch=args.max_batch)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(2048)  # from here on, connections wait in the backlog instead of being refused
+    except OSError as exc:
+        sock.close()
+        raise ValueError(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; choose another --port (0 picks a free one)"
+        ) from exc
+    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    console.print(
+        f"serving {args.name or args.model} at http://{host}:{sock.getsockname()[1]}/v1 (OpenAI-compatible; Ctrl-C stops)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    try:
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down gracefully
+        return 130
+    finally:
+        sock.close()
+        policy.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ludus", description="Reinforcement learning with verifiable rewards.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -302,8 +448,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_verify)
 
+    p = sub.add_parser("serve-model", help="serve a policy over an OpenAI-compatible chat-completions API")
+    p.add_argument(
+        "--model", default="tiny", metavar="SPEC", help="what load_policy reads: tiny, a saved folder, hf:PATH"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 picks a free one)")
+    p.add_argument("--name", help="model name clients send and /v1/models lists (default: the SPEC)")
+    p.add_argument("--max-batch", type=int, default=32, metavar="N", help="most conversations per generate call")
+    p.set_defaults(func=cmd_serve_model)
+
     p = sub.add_parser("doctor", help="report the sandbox isolation and other facilities of this machine")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("eval", help="evaluate a model on an environment: mean reward, pass@k, best-of-N")
+    p.add_argument("env", help="environment name (see `ludus envs`)")
+    p.add_argument("--model", default="tiny", help="'tiny', a saved model folder, hf:PATH, or http(s)://HOST/v1")
+    p.add_argument("--model-name", help="the model to ask an OpenAI-compatible server for (default: its only one)")
+    p.add_argument("--env-args", help="JSON keyword arguments for the environment")
+    p.add_argument("--split", default="eval", help="task split: train or eval (default eval)")
+    p.add_argument("--tasks", type=int, help="how many tasks (default: all, or 100 of an endless source)")
+    p.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
+    p.add_argument("--k", help="pass@k values, comma-separated, each <= --samples (default 1)")
+    p.add_argument("--temperature", type=float, help="default 0 (greedy) for one sample, else 1")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=32, help="completion length cap (default 32)")
+    p.add_argument("--batch", type=int, default=64, help="conversations per generate call")
+    p.add_argument("--generate-calls", type=int, default=1, help="generate calls in flight (raise for a server)")
+    p.add_argument("--env-workers", type=int, default=32, help="environment calls at once")
+    p.add_argument("--runs", default="runs", help="folder of run folders (default runs/)")
+    p.add_argument("--name", help="run folder name (default eval-<env>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run --name: skip finished episodes")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("envs", help="list the available environments")
     p.set_defaults(func=cmd_envs)

@@ -1,0 +1,384 @@
+"""A client for OpenAI-compatible chat-completions servers: vLLM, SGLang, Ollama, OpenAI, ``ludus serve-model``.
+
+One request per conversation, sent concurrently under a bound. Failures of the *server* — no
+connection, timeouts, 429 and 5xx answers, bodies that are not a chat completion — are retried
+with exponential back-off and then raised as :class:`PolicyError`, which the rollout engine
+masks as an infrastructure failure. What the *model* wrote is returned as it is, however
+broken (tool-call arguments that are not JSON): that is the policy's answer, for the
+environment to judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import torch
+
+from ludus.core.tools import parse_tool_calls
+from ludus.core.types import Message, ToolCall, ToolSpec
+from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams, Tools
+
+T = TypeVar("T")
+
+# vLLM's request fields that return the exact sampled token ids; other servers may refuse them.
+TOKEN_ID_FIELDS: dict[str, Any] = {"return_tokens_as_token_ids": True, "return_token_ids": True}
+_TOKEN_ID = re.compile(r"token_id:(\d+)")
+
+
+class _Malformed(ValueError):
+    """A successful status with a body that is not what was asked for: the server's fault, retried."""
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way another attempt may not (the reason is the message)."""
+
+
+# ---- the OpenAI wire format, shared with ludus.serve.model_server ------------------------------
+def arguments_from_wire(raw: str | dict[str, Any]) -> dict[str, Any] | str:
+    """Tool-call arguments as a dict when they are a JSON object; anything else stays the raw
+    string the model wrote, so the environment can tell the model what is wrong with it."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def arguments_to_wire(arguments: Any) -> str:
+    """The JSON string OpenAI messages carry; a raw string the model wrote goes back unchanged."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def tool_call_to_wire(call: ToolCall, index: int) -> dict[str, Any]:
+    return {
+        "id": call.id or f"call_{index}",
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments_to_wire(call.arguments)},
+    }
+
+
+def message_to_wire(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [tool_call_to_wire(c, i) for i, c in enumerate(message.tool_calls)]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        out["name"] = message.name
+    return out
+
+
+def _tool_call_from_wire(data: dict[str, Any], index: int) -> ToolCall:
+    function = data["function"]
+    name, raw = function["name"], function.get("arguments") or "{}"
+    if not isinstance(name, str) or not isinstance(raw, (str, dict)):
+        raise _Malformed(f"tool call {index} has no string name or arguments: {data!r:.200}")
+    return ToolCall(name, arguments_from_wire(raw), id=str(data.get("id") or f"call_{index}"))
+
+
+def _token_ids(choice: dict[str, Any], logprob_items: list[dict[str, Any]]) -> list[int]:
+    """vLLM's ``token_ids`` on the choice, else ids spelled ``token_id:N`` in the log-prob tokens."""
+    if choice.get("token_ids"):
+        return [int(i) for i in choice["token_ids"]]
+    matches = [_TOKEN_ID.fullmatch(str(item.get("token", ""))) for item in logprob_items]
+    return [int(m.group(1)) for m in matches] if matches and all(matches) else []
+
+
+def _parse_completion(body: Any) -> Completion:
+    choice = body["choices"][0]
+    message = choice["message"]
+    content = message.get("content") or ""
+    if not isinstance(content, str):
+        raise _Malformed(f"message content is not a string: {content!r:.200}")
+    calls = [_tool_call_from_wire(c, i) for i, c in enumerate(message.get("tool_calls") or [])]
+    if not calls:  # a server without a tool parser returns the calls as text, as local models write them
+        content, calls = parse_tool_calls(content)
+    items = (choice.get("logprobs") or {}).get("content") or []
+    finish = choice.get("finish_reason") or "stop"
+    return Completion(
+        text=content,
+        prompt_ids=[int(i) for i in body.get("prompt_token_ids") or choice.get("prompt_token_ids") or []],
+        completion_ids=_token_ids(choice, items),
+        logprobs=[float(item["logprob"]) for item in items],
+        finish_reason="tool_calls" if calls and finish == "stop" else finish,
+        tool_calls=calls,
+    )
+
+
+def _completion(body: Any) -> Completion:
+    try:
+        return _parse_completion(body)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        raise _Malformed(f"not a chat completion ({type(exc).__name__}: {exc}): {json.dumps(body)[:200]}") from exc
+
+
+def _model_ids(body: Any) -> list[str]:
+    try:
+        return [str(m["id"]) for m in body["data"]]
+    except (KeyError, TypeError) as exc:
+        raise _Malformed(f"not a model list: {json.dumps(body)[:200]}") from exc
+
+
+def _snippet(response: httpx.Response) -> str:
+    return " ".join(response.text.split())[:300] or "(empty body)"
+
+
+def _run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end from synchronous code, even if this thread runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:  # asyncio.run needs a thread without a loop
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+@dataclass
+class _Connection:
+    """What belongs to one event loop: httpx connections and asyncio locks cannot cross loops."""
+
+    client: httpx.AsyncClient
+    limit: asyncio.Semaphore
+    keeper: asyncio.Task[None]  # closes the client when cancelled
+
+
+async def _close_when_cancelled(client: httpx.AsyncClient) -> None:
+    """Keeps ``client`` open for the life of its event loop. ``asyncio.run`` cancels every task
+    as it ends, so the connections close with the loop even if nobody calls ``aclose``."""
+    try:
+        await asyncio.get_running_loop().create_future()
+    finally:
+        await client.aclose()
+
+
+class OpenAIPolicy(Policy):
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``base_url`` ends in ``/v1`` (``http://127.0.0.1:8000/v1``). ``model=None`` asks the
+    server's ``/models`` and uses the first one. ``concurrency`` bounds the requests in flight
+    from this policy in one event loop (across concurrent ``agenerate`` calls). Each attempt has
+    ``timeout_s`` in all; a failing server is retried ``max_retries`` times, waiting
+    ``backoff_s``, then twice that, and so on, before :class:`PolicyError` is raised.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        concurrency: int = 16,
+    ):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or concurrency < 1:
+            raise ValueError(
+                "OpenAIPolicy needs timeout_s > 0, max_retries >= 0, backoff_s >= 0 and concurrency >= 1; got "
+                f"{timeout_s=}, {max_retries=}, {backoff_s=}, {concurrency=}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
+        self.concurrency = concurrency
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.send_token_id_fields = True  # cleared for good once the server refuses them
+        self._connections: dict[asyncio.AbstractEventLoop, _Connection] = {}
+        self._lock = threading.Lock()
+        self.model = model or self._first_model()
+
+    # ---- Policy ------------------------------------------------------------------------------
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        tools: Tools = None,
+    ) -> list[Completion]:
+        """Blocking ``agenerate``; with a ``generator``, each request carries a ``seed`` drawn from it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            seeds = None
+            if generator is not None:
+                seeds = torch.randint(0, 2**31 - 1, (len(conversations),), generator=generator).tolist()
+            return asyncio.run(self._agenerate(conversations, sampling, tools, seeds))  # closes its connections
+        raise RuntimeError(
+            "OpenAIPolicy.generate was called inside a running event loop, which it would block; "
+            "use `await policy.agenerate(...)` there instead"
+        )
+
+    async def agenerate(
+        self, conversations: list[list[Message]], sampling: SamplingParams, tools: Tools = None
+    ) -> list[Completion]:
+        return await self._agenerate(conversations, sampling, tools, None)
+
+    async def aclose(self) -> None:
+        """``close`` for code inside an event loop: closes this loop's connections and waits for it."""
+        with self._lock:
+            connection = self._connections.pop(asyncio.get_running_loop(), None)
+        if connection is not None:
+            connection.keeper.cancel()
+            await asyncio.wait([connection.keeper])
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, {}
+        for loop, connection in connections.items():
+            if not loop.is_closed():  # the loop may run in another thread: ask it, do not wait
+                loop.call_soon_threadsafe(connection.keeper.cancel)
+
+    # ---- requests ----------------------------------------------------------------------------
+    async def _agenerate(
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        tools: Tools,
+        seeds: list[int] | None,
+    ) -> list[Completion]:
+        if tools is not None and len(tools) != len(conversations):
+            raise ValueError(f"got {len(tools)} tool lists for {len(conversations)} conversations")
+        connection = self._connection()
+        try:
+            async with asyncio.TaskGroup() as group:  # one failure cancels the other requests
+                tasks = [
+                    group.create_task(
+                        self._complete(
+                            connection,
+                            conversation,
+                            tools[i] if tools is not None else (),
+                            sampling,
+                            seeds[i] if seeds is not None else None,
+                        )
+                    )
+                    for i, conversation in enumerate(conversations)
+                ]
+        except ExceptionGroup as failures:
+            raise failures.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+    async def _complete(
+        self,
+        connection: _Connection,
+        conversation: list[Message],
+        tools: Sequence[ToolSpec],
+        sampling: SamplingParams,
+        seed: int | None,
+    ) -> Completion:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [message_to_wire(m) for m in conversation],
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "logprobs": True,
+            **TOKEN_ID_FIELDS,
+        }
+        if tools:
+            body["tools"] = [t.to_openai() for t in tools]
+        if seed is not None:
+            body["seed"] = seed
+        async with connection.limit:
+            return await self._call(connection.client, "POST", "/chat/completions", body, _completion)
+
+    def _connection(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for stale in [other for other in self._connections if other.is_closed()]:
+                del self._connections[stale]
+            if loop not in self._connections:
+                client = self._client()
+                keeper = loop.create_task(_close_when_cancelled(client))
+                self._connections[loop] = _Connection(client, asyncio.Semaphore(self.concurrency), keeper)
+            return self._connections[loop]
+
+    def _client(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        return httpx.AsyncClient(headers=self._headers, timeout=self.timeout_s, limits=limits)
+
+    def _first_model(self) -> str:
+        async def ask() -> list[str]:
+            async with self._client() as client:
+                return await self._call(client, "GET", "/models", None, _model_ids)
+
+        names = _run_blocking(ask())
+        if not names:
+            raise PolicyError(
+                f"{self.base_url}/models lists no models; start the server with a model or pass model=... explicitly"
+            )
+        return names[0]
+
+    async def _call(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None,
+        parse: Callable[[Any], T],
+    ) -> T:
+        """One request, retried with exponential back-off while the failure may be passing."""
+        url = self.base_url + path
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                return await self._attempt(client, method, url, payload, parse)
+            except _Retryable as exc:
+                last = str(exc)
+        raise PolicyError(
+            f"{method} {url} failed {self.max_retries + 1} time(s); last: {last}. Check that the server is up "
+            "and reachable at that address (and read its log); raise timeout_s if it is only slow"
+        )
+
+    async def _attempt(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        payload: dict[str, Any] | None,
+        parse: Callable[[Any], T],
+    ) -> T:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await client.request(method, url, json=self._on_wire(payload))
+                if response.status_code == 400 and self._refuses_token_id_fields(response, payload):
+                    self.send_token_id_fields = False
+                    response = await client.request(method, url, json=self._on_wire(payload))
+        except TimeoutError:
+            raise _Retryable(f"no complete answer within timeout_s={self.timeout_s:g} s") from None
+        except httpx.TransportError as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status}: {_snippet(response)}")
+        if not response.is_success:
+            raise PolicyError(
+                f"{method} {url} was refused with HTTP {status}: {_snippet(response)}. Check the base URL (it ends "
+                "in /v1), the model name, the API key and the request; retrying would not help"
+            )
+        try:
+            return parse(response.json())
+        except ValueError as exc:  # not JSON, or not the JSON asked for
+            raise _Retryable(f"HTTP {status} with a malformed body: {exc}") from None
+
+    def _on_wire(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
+        if payload is None or self.send_token_id_fields:
+            return payload
+        return {k: v for k, v in payload.items() if k not in TOKEN_ID_FIELDS}
+
+    def _refuses_token_id_fields(self, response: httpx.Response, payload: dict[str, Any] | None) -> bool:
+        """A 400 that names vLLM's token-id fields: the server is not vLLM; ask again without them."""
+        sent = payload is not None and self.send_token_id_fields and TOKEN_ID_FIELDS.keys() <= payload.keys()
+        return sent and "return_token" in response.text
