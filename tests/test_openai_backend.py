@@ -249,7 +249,10 @@ def test_bad_requests_answer_400_in_the_openai_format():
 
 def test_serve_model_command_prints_its_url_and_serves():
     command = [sys.executable, "-m", "ludus.cli", "serve-model", "--port", "0", "--name", "cli-tiny"]
-    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as proc:
+    # Ctrl-C must reach the server even when the tests themselves run with SIGINT ignored (a
+    # background job inherits SIG_IGN, and Python then installs no KeyboardInterrupt handler)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint) as proc:
         try:
             line = proc.stderr.readline()
             assert "serving cli-tiny at http://127.0.0.1:" in line, line

@@ -342,6 +342,7 @@ class SlowEnv(Env):
 
 
 def _eval_process(tmp_path, *extra):
+    import signal
     import subprocess
     import sys
 
@@ -357,6 +358,8 @@ def _eval_process(tmp_path, *extra):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C must reach it even when the tests run with SIGINT ignored (as a background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
