@@ -24,12 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
-import threading
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +34,7 @@ from typing import Any
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec, Trajectory, Turn
 from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
+from ludus.rollout.hosts import EnvHost, EnvSession, ThreadHost
 
 
 @dataclass(frozen=True)
@@ -163,9 +161,14 @@ class RolloutEngine:
         env_factory: Callable[[], Env],
         sampling: SamplingParams,
         config: RolloutConfig | None = None,
+        host: EnvHost | None = None,
     ):
+        """``host`` runs the environments (see hosts.py); by default a ``ThreadHost`` of
+        ``env_concurrency`` threads, made and shut down by each ``stream``. A host you pass is
+        yours to shut down."""
         self.policy, self.env_factory, self.sampling = policy, env_factory, sampling
         self.config = config or RolloutConfig()
+        self.host = host
         self.stats: dict[str, float] = {}
 
     # ---- public API ----
@@ -187,7 +190,7 @@ class RolloutEngine:
         (at most ``max_episodes`` in flight), so the iterable may be endless."""
         skip = sink.done_keys() if sink is not None else set()
         generation = _Generation(self.policy, self.sampling, self.config)
-        pool = _DaemonPool(self.config.env_concurrency)
+        host = self.host or ThreadHost(self.config.env_concurrency)
         admitted = asyncio.Semaphore(self.config.max_episodes)
         finished: asyncio.Queue[Trajectory | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
@@ -195,7 +198,7 @@ class RolloutEngine:
 
         async def one(request: EpisodeRequest) -> None:
             try:
-                trajectory = await self._episode(request, generation, pool)
+                trajectory = await self._episode(request, generation, host)
                 if sink is not None:
                     sink.write(trajectory)
                 await finished.put(trajectory)
@@ -227,7 +230,8 @@ class RolloutEngine:
             for task in (feeder, generator, *running):
                 task.cancel()
             await asyncio.gather(feeder, generator, *running, return_exceptions=True)
-            pool.shutdown()
+            if self.host is None:
+                host.shutdown()
             wall = time.monotonic() - started
             self.stats = {
                 "wall_s": wall,
@@ -250,7 +254,7 @@ class RolloutEngine:
 
     # ---- one episode ----
 
-    async def _episode(self, request: EpisodeRequest, generation: _Generation, pool: _DaemonPool) -> Trajectory:
+    async def _episode(self, request: EpisodeRequest, generation: _Generation, host: EnvHost) -> Trajectory:
         attempts = 0
         while True:
             attempts += 1
@@ -259,10 +263,10 @@ class RolloutEngine:
             )
             try:
                 if self.config.episode_timeout_s is None:
-                    await self._attempt(request, trajectory, generation, pool)
+                    await self._attempt(request, trajectory, generation, host)
                 else:
                     await asyncio.wait_for(
-                        self._attempt(request, trajectory, generation, pool), self.config.episode_timeout_s
+                        self._attempt(request, trajectory, generation, host), self.config.episode_timeout_s
                     )
                 retry = True  # an infra_error the environment reported (a sandbox failure, say)
             except TimeoutError:
@@ -280,19 +284,20 @@ class RolloutEngine:
                 return trajectory
 
     async def _attempt(
-        self, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, pool: _DaemonPool
+        self, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
     ) -> None:
-        env = await self._env_call(pool, "create", self.env_factory)
+        env: EnvSession = await self._env_call("create", host.open(self.env_factory))
         try:
             trajectory.env = env.name
-            obs: Observation = await self._env_call(pool, "reset", env.reset, request.task, request.seed, env=env)
+            obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed))
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
             while True:
                 try:
                     completion = await generation.complete(trajectory.messages, trajectory.tools)
                 except PolicyError as exc:
                     raise _InfraFailure(f"model backend: {exc}") from None
-                result: StepResult = await self._env_call(pool, "step", env.step, completion.message(), env=env)
+                action = completion.message()
+                result: StepResult = await self._env_call("step", env.step(action))
                 trajectory.turns.append(
                     Turn(
                         completion.prompt_ids,
@@ -302,75 +307,26 @@ class RolloutEngine:
                         completion.finish_reason,
                     )
                 )
-                trajectory.messages = list(env.messages)
+                # the conversation as Env.step leaves it: the action, then what the environment added
+                trajectory.messages = [*trajectory.messages, action, *result.observation.messages]
                 if result.done:
                     trajectory.score = result.score
                     return
         finally:
-            pool.submit(_close_quietly, env)
+            await env.close()
 
-    async def _env_call(
-        self, pool: _DaemonPool, what: str, fn: Callable[..., Any], *args: Any, env: Env | None = None
-    ) -> Any:
-        """An environment call on the pool (or the environment's own async method), with the
-        step time limit. Raising or hanging is the environment's failure: ``infra_error``."""
-        if env is not None and _overrides_async(env, what):
-            call = asyncio.ensure_future(getattr(env, "a" + what)(*args))
-        else:
-            call = asyncio.wrap_future(pool.submit(fn, *args))
-        done, _ = await asyncio.wait({call}, timeout=self.config.step_timeout_s)
+    async def _env_call(self, what: str, call: Awaitable[Any]) -> Any:
+        """An environment call with the step time limit. Raising or hanging is the
+        environment's failure (``infra_error``), never the policy's answer."""
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait({task}, timeout=self.config.step_timeout_s)
         if not done:
-            call.cancel()  # a thread cannot be stopped: it finishes (or hangs) on its own, unwaited
+            task.cancel()  # a thread cannot be stopped: it finishes (or hangs) on its own, unwaited
             raise _InfraFailure(f"environment {what} did not finish within {self.config.step_timeout_s} s", retry=False)
         try:
-            return call.result()
+            return task.result()
         except Exception as exc:  # noqa: BLE001 - an environment bug, not the policy's answer
             raise _InfraFailure(f"environment {what} raised {type(exc).__name__}: {exc}"[:1000]) from None
-
-
-def _overrides_async(env: Env, what: str) -> bool:
-    own = getattr(type(env), "a" + what, None)
-    return own is not None and own is not getattr(Env, "a" + what)
-
-
-class _DaemonPool:
-    """Threads for environment calls. Daemon threads: an environment call that never returns
-    must not keep the process alive at exit (a ThreadPoolExecutor joins its threads)."""
-
-    def __init__(self, size: int):
-        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._threads = [threading.Thread(target=self._work, daemon=True, name="ludus-env") for _ in range(size)]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._jobs.put((fn, args, future))
-        return future
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, args, future = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - delivered to the waiting episode
-                future.set_exception(exc)
-
-    def shutdown(self) -> None:
-        """Let queued jobs (environment closes) finish, then stop; never waits."""
-        for _ in self._threads:
-            self._jobs.put(None)
-
-
-def _close_quietly(env: Env) -> None:
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001 - closing must not turn a finished episode into a failure
-        pass
 
 
 def _keyed(episodes: Iterable[EpisodeRequest]) -> Iterator[EpisodeRequest]:

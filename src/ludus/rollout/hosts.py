@@ -1,0 +1,110 @@
+"""Where the rollout engine's environments run: threads in this process, or elsewhere (Ray).
+
+The engine never touches an ``Env`` directly; it opens an :class:`EnvSession` on an
+:class:`EnvHost` and awaits ``reset``/``step``/``close`` on it. The engine applies the time
+limits and turns exceptions into ``infra_error``, so a host only has to run calls and report
+their results or their exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from ludus.core.env import Env
+from ludus.core.types import Message, Observation, StepResult, Task
+
+
+class EnvSession(Protocol):
+    """One environment instance, wherever it lives. ``name`` is the environment's name."""
+
+    name: str
+
+    async def reset(self, task: Task, seed: int) -> Observation: ...
+
+    async def step(self, action: Message) -> StepResult: ...
+
+    async def close(self) -> None: ...
+
+
+class EnvHost(Protocol):
+    async def open(self, factory: Callable[[], Env]) -> EnvSession:
+        """A new environment made by ``factory`` (which may have to travel to another process)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release the host's workers; never waits for a hung environment call."""
+        ...
+
+
+class ThreadHost:
+    """Environments in this process; their calls run on ``size`` daemon threads (an
+    environment that overrides ``areset``/``astep`` runs those as coroutines instead). Daemon
+    threads, because a call that never returns must not keep the process alive at exit."""
+
+    def __init__(self, size: int):
+        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [threading.Thread(target=self._work, daemon=True, name="ludus-env") for _ in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    async def open(self, factory: Callable[[], Env]) -> _ThreadSession:
+        env = await self.run(factory)
+        return _ThreadSession(self, env)
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` on a pool thread, as an awaitable."""
+        future: Future[Any] = Future()
+        self._jobs.put((fn, args, future))
+        return asyncio.wrap_future(future)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, args, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting episode
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Let queued jobs (environment closes) finish, then stop the threads; never waits."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+class _ThreadSession:
+    def __init__(self, host: ThreadHost, env: Env):
+        self.host, self.env, self.name = host, env, env.name
+
+    async def reset(self, task: Task, seed: int) -> Observation:
+        if _overrides(self.env, "areset"):
+            return await self.env.areset(task, seed)
+        return await self.host.run(self.env.reset, task, seed)
+
+    async def step(self, action: Message) -> StepResult:
+        if _overrides(self.env, "astep"):
+            return await self.env.astep(action)
+        return await self.host.run(self.env.step, action)
+
+    async def close(self) -> None:
+        self.host.run(_close_quietly, self.env)  # not awaited: closing must not hold up the episode
+
+
+def _overrides(env: Env, method: str) -> bool:
+    own = getattr(type(env), method, None)
+    return own is not None and own is not getattr(Env, method)
+
+
+def _close_quietly(env: Env) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing must not turn a finished episode into a failure
+        pass
