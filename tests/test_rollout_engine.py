@@ -400,3 +400,25 @@ def test_ludus_eval_refuses_to_mix_runs_and_bad_k(tmp_path):
     bad = _eval_process(tmp_path, "--tasks", "3", "--k", "5", "--name", "other")
     _, err = bad.communicate(timeout=120)
     assert bad.returncode == 2 and "--k" in err
+
+
+def test_a_stop_hook_ends_an_episode_early_with_its_score():
+    class Chatty(Env):
+        name = "chatty"
+        max_turns = 50
+
+        def begin(self, task):
+            return Observation([Message("user", task.prompt)])
+
+        def transition(self, action):
+            return StepResult(Observation([Message("user", "FAILED test_1" if self.turn >= 1 else "ok")]))
+
+    def stop_on_failure(trajectory, result):
+        if any("FAILED" in m.content for m in result.observation.messages):
+            return Score.zero(Status.WRONG, "stopped at the first failing test")
+        return None
+
+    engine = RolloutEngine(Echo(), Chatty, SamplingParams(max_tokens=4), stop_when=stop_on_failure)
+    (t,) = engine.run(requests([Task("t", "x")]))
+    assert t.score.status == Status.WRONG and t.score.reason == "stopped at the first failing test"
+    assert len(t.turns) == 2 and t.info["stopped_early"] is True

@@ -36,6 +36,9 @@ from ludus.core.types import Message, Observation, Score, Status, StepResult, Ta
 from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
 from ludus.rollout.hosts import EnvHost, EnvSession, ThreadHost
 
+# asked after each step that did not end the episode; a Score ends it (see RolloutEngine)
+StopHook = Callable[[Trajectory, StepResult], Score | None]
+
 
 @dataclass(frozen=True)
 class EpisodeRequest:
@@ -162,13 +165,17 @@ class RolloutEngine:
         sampling: SamplingParams,
         config: RolloutConfig | None = None,
         host: EnvHost | None = None,
+        stop_when: StopHook | None = None,
     ):
         """``host`` runs the environments (see hosts.py); by default a ``ThreadHost`` of
         ``env_concurrency`` threads, made and shut down by each ``stream``. A host you pass is
-        yours to shut down."""
+        yours to shut down. ``stop_when(trajectory, result)`` is asked after every step that
+        did not end the episode; a ``Score`` it returns ends the episode with that score
+        (early termination: a code episode whose visible tests fail, a runaway dialogue)."""
         self.policy, self.env_factory, self.sampling = policy, env_factory, sampling
         self.config = config or RolloutConfig()
         self.host = host
+        self.stop_when = stop_when
         self.stats: dict[str, float] = {}
 
     # ---- public API ----
@@ -311,6 +318,10 @@ class RolloutEngine:
                 trajectory.messages = [*trajectory.messages, action, *result.observation.messages]
                 if result.done:
                     trajectory.score = result.score
+                    return
+                if self.stop_when is not None and (verdict := self.stop_when(trajectory, result)) is not None:
+                    trajectory.score = verdict
+                    trajectory.info["stopped_early"] = True
                     return
         finally:
             await env.close()
