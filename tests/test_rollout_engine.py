@@ -422,3 +422,36 @@ def test_a_stop_hook_ends_an_episode_early_with_its_score():
     (t,) = engine.run(requests([Task("t", "x")]))
     assert t.score.status == Status.WRONG and t.score.reason == "stopped at the first failing test"
     assert len(t.turns) == 2 and t.info["stopped_early"] is True
+
+
+def test_lockstep_with_a_seeded_generator_is_reproducible_whatever_the_thread_timing():
+    import random as stdlib_random
+
+    import torch
+
+    class Jittery(Env):
+        """Two turns; each call sleeps a random few milliseconds, so threads finish in any order."""
+
+        name = "jittery"
+        max_turns = 2
+
+        def begin(self, task):
+            threading.Event().wait(stdlib_random.random() / 100)
+            return Observation([Message("user", task.prompt)])
+
+        def transition(self, action):
+            threading.Event().wait(stdlib_random.random() / 100)
+            if self.turn == 0:
+                return StepResult(Observation([Message("user", "again")]))
+            return StepResult(Observation([]), terminated=True, score=Score(0.0, Status.WRONG))
+
+    def run() -> list[list[int]]:
+        config = RolloutConfig(lockstep=True, max_batch=32, env_concurrency=8)
+        engine = RolloutEngine(
+            TinyPolicy(), Jittery, SamplingParams(max_tokens=4), config, generator=torch.Generator().manual_seed(3)
+        )
+        done = engine.run(requests([Task(f"t{i}", f"p{i}") for i in range(12)]))
+        assert engine.stats["generate_calls"] == 2  # one call per turn, for every episode at once
+        return [turn.completion_ids for t in done for turn in t.turns]
+
+    assert run() == run()

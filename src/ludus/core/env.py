@@ -56,6 +56,9 @@ class Env(ABC):
     description: ClassVar[str] = ""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     max_turns: int = 1
+    # True when reset and step are quick pure-Python calls that never block (no I/O, no
+    # subprocess): the rollout engine then runs them on its event loop, without a thread hop
+    quick: ClassVar[bool] = False
 
     def __init__(self, tasks: TaskSource | None = None):
         self._tasks = tasks

@@ -22,6 +22,7 @@ class ProceduralEnv(SingleTurnEnv):
     """
 
     system_prompt: ClassVar[str | None] = "Reply with the final answer only."
+    quick: ClassVar[bool] = True  # scoring is a few microseconds of pure Python
 
     def __init__(
         self, family: TaskFamily, tasks: TaskSource | None = None, *, seed: int = 0, eval_fraction: float = 0.1

@@ -85,10 +85,14 @@ class Policy(ABC):
         ``tools``, if given, holds the tools offered to each conversation."""
 
     async def agenerate(
-        self, conversations: list[list[Message]], sampling: SamplingParams, tools: Tools = None
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         """``generate`` for event loops: in a worker thread unless a backend is natively async."""
-        return await asyncio.to_thread(self.generate, conversations, sampling, None, tools)
+        return await asyncio.to_thread(self.generate, conversations, sampling, generator, tools)
 
     def close(self) -> None:
         """Release connections, processes or memory the backend holds."""

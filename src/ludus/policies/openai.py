@@ -220,9 +220,13 @@ class OpenAIPolicy(Policy):
         )
 
     async def agenerate(
-        self, conversations: list[list[Message]], sampling: SamplingParams, tools: Tools = None
+        self,
+        conversations: list[list[Message]],
+        sampling: SamplingParams,
+        tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
-        return await self._agenerate(conversations, sampling, tools, None)
+        return await self._agenerate(conversations, sampling, tools, generator)
 
     async def aclose(self) -> None:
         """``close`` for code inside an event loop: closes this loop's connections and waits for it."""

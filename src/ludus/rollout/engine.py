@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec, Trajectory, Turn
 from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
@@ -65,7 +67,10 @@ class RolloutConfig:
     """``max_batch``: conversations per generate call. ``max_episodes``: episodes in flight.
     ``env_concurrency``: environment calls running at once (threads). ``generate_calls``:
     generate calls in flight (1 for a local model; more for an HTTP server that batches itself).
-    Time limits are per environment call and per episode, in seconds (``None``: none)."""
+    Time limits are per environment call and per episode, in seconds (``None``: none).
+    ``lockstep``: generate only when every episode in flight waits for the model, for all of
+    them in request order (in calls of ``max_batch``) — no overlap, but the batches, and so a
+    seeded generator's draws, do not depend on timing: the trainer's reproducible mode."""
 
     max_batch: int = 64
     max_episodes: int = 256
@@ -74,6 +79,7 @@ class RolloutConfig:
     step_timeout_s: float | None = 300.0
     episode_timeout_s: float | None = None
     infra_retries: int = 2
+    lockstep: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_episodes", "env_concurrency", "generate_calls"):
@@ -94,20 +100,36 @@ class _InfraFailure(Exception):
 class _Generation:
     """Queue of conversations waiting for the model, drained by one loop into batched calls."""
 
-    def __init__(self, policy: Policy, sampling: SamplingParams, config: RolloutConfig):
-        self.policy, self.sampling, self.config = policy, sampling, config
-        self.pending: list[tuple[list[Message], list[ToolSpec], asyncio.Future[Completion]]] = []
+    def __init__(
+        self, policy: Policy, sampling: SamplingParams, config: RolloutConfig, generator: torch.Generator | None
+    ):
+        self.policy, self.sampling, self.config, self.generator = policy, sampling, config, generator
+        self.pending: list[tuple[int, list[Message], list[ToolSpec], asyncio.Future[Completion]]] = []
+        self.alive = 0  # episodes in flight (lockstep waits until all of them are pending)
         self.wake = asyncio.Event()
         self.busy_s = 0.0  # wall time with at least one generate call in flight
         self.calls = 0
         self._in_flight = 0
         self._busy_since = 0.0
 
-    async def complete(self, messages: list[Message], tools: list[ToolSpec]) -> Completion:
+    async def complete(self, order: int, messages: list[Message], tools: list[ToolSpec]) -> Completion:
         future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
-        self.pending.append((list(messages), list(tools), future))
+        self.pending.append((order, list(messages), list(tools), future))
         self.wake.set()
         return await future
+
+    def episode_ended(self) -> None:
+        self.alive -= 1
+        self.wake.set()  # in lockstep, the others may now be all that is left
+
+    def _take(self) -> list[tuple[int, list[Message], list[ToolSpec], asyncio.Future[Completion]]]:
+        self.pending = [item for item in self.pending if not item[3].done()]  # episodes cancelled while queued
+        if self.config.lockstep:
+            if len(self.pending) < self.alive:
+                return []  # someone is still in the environment
+            self.pending.sort(key=lambda item: item[0])
+        batch, self.pending = self.pending[: self.config.max_batch], self.pending[self.config.max_batch :]
+        return batch
 
     async def loop(self) -> None:
         slots = asyncio.Semaphore(self.config.generate_calls)
@@ -117,10 +139,9 @@ class _Generation:
                 await self.wake.wait()
                 await slots.acquire()
                 await asyncio.sleep(0)  # let every episode that is ready to ask do so first: fuller batches
-                batch, self.pending = self.pending[: self.config.max_batch], self.pending[self.config.max_batch :]
-                if not self.pending:
+                batch = self._take()
+                if not batch or not self.pending:
                     self.wake.clear()
-                batch = [item for item in batch if not item[2].done()]  # episodes cancelled while queued
                 if not batch:
                     slots.release()
                     continue
@@ -131,22 +152,23 @@ class _Generation:
             for call in calls:
                 call.cancel()
 
-    async def _call(self, batch: list[tuple[list[Message], list[ToolSpec], asyncio.Future[Completion]]]) -> None:
+    async def _call(self, batch: list[tuple[int, list[Message], list[ToolSpec], asyncio.Future[Completion]]]) -> None:
         self._in_flight += 1
         if self._in_flight == 1:
             self._busy_since = time.monotonic()
         self.calls += 1
         try:
-            completions = await self.policy.agenerate([b[0] for b in batch], self.sampling, [b[1] for b in batch])
+            conversations, tools = [b[1] for b in batch], [b[2] for b in batch]
+            completions = await self.policy.agenerate(conversations, self.sampling, tools, self.generator)
             if len(completions) != len(batch):
                 raise PolicyError(f"the backend returned {len(completions)} completions for {len(batch)} conversations")
         except Exception as exc:  # noqa: BLE001 - every waiting episode must hear of it
             error = exc if isinstance(exc, PolicyError) else PolicyError(f"{type(exc).__name__}: {exc}")
-            for _, _, future in batch:
+            for *_, future in batch:
                 if not future.done():
                     future.set_exception(error)
         else:
-            for (_, _, future), completion in zip(batch, completions, strict=True):
+            for (*_, future), completion in zip(batch, completions, strict=True):
                 if not future.done():
                     future.set_result(completion)
         finally:
@@ -166,16 +188,19 @@ class RolloutEngine:
         config: RolloutConfig | None = None,
         host: EnvHost | None = None,
         stop_when: StopHook | None = None,
+        generator: torch.Generator | None = None,
     ):
         """``host`` runs the environments (see hosts.py); by default a ``ThreadHost`` of
         ``env_concurrency`` threads, made and shut down by each ``stream``. A host you pass is
         yours to shut down. ``stop_when(trajectory, result)`` is asked after every step that
         did not end the episode; a ``Score`` it returns ends the episode with that score
-        (early termination: a code episode whose visible tests fail, a runaway dialogue)."""
+        (early termination: a code episode whose visible tests fail, a runaway dialogue).
+        ``generator`` seeds the sampling of a local model (reproducible with ``lockstep``)."""
         self.policy, self.env_factory, self.sampling = policy, env_factory, sampling
         self.config = config or RolloutConfig()
         self.host = host
         self.stop_when = stop_when
+        self.generator = generator
         self.stats: dict[str, float] = {}
 
     # ---- public API ----
@@ -196,29 +221,31 @@ class RolloutEngine:
         """Trajectories in the order they finish. Requests are drawn lazily from ``episodes``
         (at most ``max_episodes`` in flight), so the iterable may be endless."""
         skip = sink.done_keys() if sink is not None else set()
-        generation = _Generation(self.policy, self.sampling, self.config)
+        generation = _Generation(self.policy, self.sampling, self.config, self.generator)
         host = self.host or ThreadHost(self.config.env_concurrency)
         admitted = asyncio.Semaphore(self.config.max_episodes)
         finished: asyncio.Queue[Trajectory | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
 
-        async def one(request: EpisodeRequest) -> None:
+        async def one(order: int, request: EpisodeRequest) -> None:
             try:
-                trajectory = await self._episode(request, generation, host)
+                trajectory = await self._episode(order, request, generation, host)
                 if sink is not None:
                     sink.write(trajectory)
                 await finished.put(trajectory)
             finally:
+                generation.episode_ended()
                 admitted.release()
 
         async def admit() -> None:
             try:
-                for request in _keyed(episodes):
+                for order, request in enumerate(_keyed(episodes)):
                     if request.key in skip:
                         continue
                     await admitted.acquire()
-                    task = asyncio.create_task(one(request))
+                    generation.alive += 1
+                    task = asyncio.create_task(one(order, request))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 for outcome in await asyncio.gather(*list(running), return_exceptions=True):
@@ -261,7 +288,7 @@ class RolloutEngine:
 
     # ---- one episode ----
 
-    async def _episode(self, request: EpisodeRequest, generation: _Generation, host: EnvHost) -> Trajectory:
+    async def _episode(self, order: int, request: EpisodeRequest, generation: _Generation, host: EnvHost) -> Trajectory:
         attempts = 0
         while True:
             attempts += 1
@@ -270,10 +297,10 @@ class RolloutEngine:
             )
             try:
                 if self.config.episode_timeout_s is None:
-                    await self._attempt(request, trajectory, generation, host)
+                    await self._attempt(order, request, trajectory, generation, host)
                 else:
                     await asyncio.wait_for(
-                        self._attempt(request, trajectory, generation, host), self.config.episode_timeout_s
+                        self._attempt(order, request, trajectory, generation, host), self.config.episode_timeout_s
                     )
                 retry = True  # an infra_error the environment reported (a sandbox failure, say)
             except TimeoutError:
@@ -291,20 +318,21 @@ class RolloutEngine:
                 return trajectory
 
     async def _attempt(
-        self, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
+        self, order: int, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
     ) -> None:
         env: EnvSession = await self._env_call("create", host.open(self.env_factory))
         try:
             trajectory.env = env.name
-            obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed))
+            quick = bool(getattr(env, "quick", False))
+            obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed), quick)
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
             while True:
                 try:
-                    completion = await generation.complete(trajectory.messages, trajectory.tools)
+                    completion = await generation.complete(order, trajectory.messages, trajectory.tools)
                 except PolicyError as exc:
                     raise _InfraFailure(f"model backend: {exc}") from None
                 action = completion.message()
-                result: StepResult = await self._env_call("step", env.step(action))
+                result: StepResult = await self._env_call("step", env.step(action), quick)
                 trajectory.turns.append(
                     Turn(
                         completion.prompt_ids,
@@ -326,9 +354,15 @@ class RolloutEngine:
         finally:
             await env.close()
 
-    async def _env_call(self, what: str, call: Awaitable[Any]) -> Any:
-        """An environment call with the step time limit. Raising or hanging is the
-        environment's failure (``infra_error``), never the policy's answer."""
+    async def _env_call(self, what: str, call: Awaitable[Any], quick: bool = False) -> Any:
+        """An environment call with the step time limit (none for a ``quick`` session's calls,
+        which cannot hang). Raising or hanging is the environment's failure (``infra_error``),
+        never the policy's answer."""
+        if quick:
+            try:
+                return await call
+            except Exception as exc:  # noqa: BLE001
+                raise _InfraFailure(f"environment {what} raised {type(exc).__name__}: {exc}"[:1000]) from None
         task = asyncio.ensure_future(call)
         done, _ = await asyncio.wait({task}, timeout=self.config.step_timeout_s)
         if not done:

@@ -20,7 +20,9 @@ from ludus.core.types import Message, Observation, StepResult, Task
 
 
 class EnvSession(Protocol):
-    """One environment instance, wherever it lives. ``name`` is the environment's name."""
+    """One environment instance, wherever it lives. ``name`` is the environment's name;
+    ``quick`` (optional, default false) says its calls finish at once, without blocking, so
+    the engine may await them without a time limit or a task of their own."""
 
     name: str
 
@@ -42,9 +44,10 @@ class EnvHost(Protocol):
 
 
 class ThreadHost:
-    """Environments in this process; their calls run on ``size`` daemon threads (an
-    environment that overrides ``areset``/``astep`` runs those as coroutines instead). Daemon
-    threads, because a call that never returns must not keep the process alive at exit."""
+    """Environments in this process; their calls run on ``size`` daemon threads. An
+    environment that overrides ``areset``/``astep`` runs those as coroutines instead, and a
+    ``quick`` one runs its calls directly (a thread hop costs more than a procedural step).
+    Daemon threads, because a call that never returns must not keep the process alive at exit."""
 
     def __init__(self, size: int):
         self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]] | None] = (
@@ -53,9 +56,12 @@ class ThreadHost:
         self._threads = [threading.Thread(target=self._work, daemon=True, name="ludus-env") for _ in range(size)]
         for thread in self._threads:
             thread.start()
+        self._quick_factories: set[Callable[[], Env]] = set()  # factories seen making quick environments
 
     async def open(self, factory: Callable[[], Env]) -> _ThreadSession:
-        env = await self.run(factory)
+        env = factory() if factory in self._quick_factories else await self.run(factory)
+        if env.quick:
+            self._quick_factories.add(factory)
         return _ThreadSession(self, env)
 
     def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
@@ -82,20 +88,27 @@ class ThreadHost:
 
 class _ThreadSession:
     def __init__(self, host: ThreadHost, env: Env):
-        self.host, self.env, self.name = host, env, env.name
+        self.host, self.env, self.name, self.quick = host, env, env.name, env.quick
 
     async def reset(self, task: Task, seed: int) -> Observation:
         if _overrides(self.env, "areset"):
             return await self.env.areset(task, seed)
+        if self.env.quick:
+            return self.env.reset(task, seed)
         return await self.host.run(self.env.reset, task, seed)
 
     async def step(self, action: Message) -> StepResult:
         if _overrides(self.env, "astep"):
             return await self.env.astep(action)
+        if self.env.quick:
+            return self.env.step(action)
         return await self.host.run(self.env.step, action)
 
     async def close(self) -> None:
-        self.host.run(_close_quietly, self.env)  # not awaited: closing must not hold up the episode
+        if self.env.quick:
+            _close_quietly(self.env)
+        else:
+            self.host.run(_close_quietly, self.env)  # not awaited: closing must not hold up the episode
 
 
 def _overrides(env: Env, method: str) -> bool:

@@ -39,12 +39,14 @@ from ludus.core.env import Env
 from ludus.core.types import Status, Task, Trajectory
 from ludus.policies.base import SamplingParams, TrainablePolicy
 from ludus.policies.tiny import TinyConfig, TinyPolicy
-from ludus.rollout.episodes import run_episodes
+from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine
+from ludus.rollout.hosts import EnvHost, ThreadHost
 from ludus.train.config import ConfigError, TrainConfig, load_config
 from ludus.train.grpo import group_advantages, policy_loss
 from ludus.train.supervised import base_model_recipe, make_base_model
 
 CHECKPOINT_PREFIX = "step_"
+ENV_THREADS = 32  # environment calls at once during rollouts (quick procedural ones need none)
 
 
 @dataclass
@@ -161,11 +163,31 @@ def _load_trainable(spec: str) -> TrainablePolicy:
     return policy
 
 
+def rollout(
+    policy: TrainablePolicy,
+    env_factory: Callable[[], Env],
+    tasks: list[Task],
+    sampling: SamplingParams,
+    host: EnvHost,
+    seeds: list[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> list[Trajectory]:
+    """One trajectory per task, in order, on the rollout engine in lockstep: every turn is one
+    batch of all live episodes in task order, so a seeded generator makes a step reproducible
+    (resume continues exactly) however the environments' threads are scheduled."""
+    seeds = seeds if seeds is not None else list(range(len(tasks)))
+    config = RolloutConfig(lockstep=True, max_batch=max(1, len(tasks)), max_episodes=max(1, len(tasks)))
+    engine = RolloutEngine(policy, env_factory, sampling, config, host=host, generator=generator)
+    return engine.run(
+        [EpisodeRequest(t, seed, key=str(i)) for i, (t, seed) in enumerate(zip(tasks, seeds, strict=True))]
+    )
+
+
 def evaluate(
-    policy: TrainablePolicy, env_factory: Callable[[], Env], tasks: list[Task], max_tokens: int
+    policy: TrainablePolicy, env_factory: Callable[[], Env], tasks: list[Task], max_tokens: int, host: EnvHost
 ) -> dict[str, float]:
     """Greedy decoding on held-out tasks: accuracy (status ``correct``) and mean reward."""
-    trajs = run_episodes(env_factory, tasks, policy, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    trajs = rollout(policy, env_factory, tasks, SamplingParams(temperature=0.0, max_tokens=max_tokens), host)
     scores = [t.score for t in trajs]
     n = len(trajs)
     return {
@@ -262,6 +284,13 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------
     def run(self, on_metrics: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+        self.host = ThreadHost(ENV_THREADS)  # environment threads for the whole run, not per step
+        try:
+            return self._run(on_metrics)
+        finally:
+            self.host.shutdown()
+
+    def _run(self, on_metrics: Callable[[dict[str, Any]], None] | None) -> RunResult:
         c = self.config
         torch.set_num_threads(c.threads or os.cpu_count() or 1)
         self.env_factory = make_env_factory(c)
@@ -305,7 +334,7 @@ class Trainer:
             record = {
                 "step": step,
                 "elapsed_s": round(elapsed, 3),
-                **evaluate(self.policy, self.env_factory, eval_tasks, c.max_tokens),
+                **evaluate(self.policy, self.env_factory, eval_tasks, c.max_tokens, self.host),
             }
             curve.append((step, elapsed, record["eval/accuracy"]))
             emit(record)
@@ -358,9 +387,7 @@ class Trainer:
         group_tasks = [t for t in tasks for _ in range(c.group_size)]
         seeds = [base * c.group_size + k for k in range(len(group_tasks))]
         sampling = SamplingParams(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
-        trajs = run_episodes(
-            self.env_factory, group_tasks, self.policy, sampling, seeds=seeds, generator=self.generator
-        )
+        trajs = rollout(self.policy, self.env_factory, group_tasks, sampling, self.host, seeds, self.generator)
 
         rewards = torch.tensor([t.reward for t in trajs]).view(c.prompts_per_step, c.group_size)
         valid = torch.tensor([not (t.score and t.score.is_infra_error) for t in trajs]).view_as(rewards)
