@@ -126,6 +126,7 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import os
     import time
     from pathlib import Path
 
@@ -149,6 +150,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.model_name and not args.model.startswith(("http://", "https://")):
         raise ValueError("--model-name picks a model on an OpenAI-compatible server; it needs --model http(s)://...")
     options = {"model": args.model_name} if args.model_name else {}
+    if (args.ray_address or args.ray_actors is not None) and not args.ray:
+        raise ValueError("--ray-address and --ray-actors set up the Ray scale-out: add --ray")
+    actors = args.ray_actors if args.ray_actors is not None else 2
+    if actors < 1:
+        raise ValueError(f"--ray-actors must be at least 1, got {actors}")
     policy = load_policy(args.model, **options)
     run_dir = Path(args.runs) / (args.name or f"eval-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     config = RolloutConfig(max_batch=args.batch, env_concurrency=args.env_workers, generate_calls=args.generate_calls)
@@ -157,7 +163,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"temperature={temperature} run={run_dir}"
     )
     state = {"n": 0, "reward": 0.0, "infra": 0}
+    host = None
     try:
+        if args.ray:
+            from ludus.rollout.ray_host import RayHost
+
+            per_actor = -(-args.env_workers // actors)  # --env-workers calls at once in all, as without Ray
+            # on this machine alone, the actors share its cores; on a cluster each reserves one
+            cpus = 1.0 if args.ray_address else min(1.0, (os.cpu_count() or 1) / actors)
+            try:
+                host = RayHost(actors, per_actor, address=args.ray_address, num_cpus_per_actor=cpus)
+            except (ImportError, ConnectionError, RuntimeError) as exc:  # no Ray, no cluster, no actors: say so
+                console.print(f"[red]error:[/] {exc}")
+                return 2
+            where = args.ray_address or "local"
+            console.print(f"environments on Ray ({where}): {actors} actors × {per_actor} calls at once")
         with Progress(
             TextColumn("[bold blue]eval"),
             BarColumn(),
@@ -189,6 +209,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 resume=args.resume,
                 config=config,
                 on_trajectory=on_trajectory,
+                host=host,
             )
     except KeyboardInterrupt:
         console.print(
@@ -198,6 +219,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 130
     finally:
         policy.close()
+        if host is not None:
+            host.shutdown()
     table = Table("metric", "value", title=f"{args.env} × {args.model}")
     table.add_row("tasks", str(summary.tasks))
     table.add_row("samples (gradable)", str(summary.samples))
@@ -479,6 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="runs", help="folder of run folders (default runs/)")
     p.add_argument("--name", help="run folder name (default eval-<env>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run --name: skip finished episodes")
+    p.add_argument("--ray", action="store_true", help="run the environments in Ray actors (pip install 'ludus[ray]')")
+    p.add_argument("--ray-address", help="join a Ray cluster: HOST:PORT, ray://HOST:10001, auto (default: local)")
+    p.add_argument("--ray-actors", type=int, help="Ray actors holding environments (default 2)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("envs", help="list the available environments")

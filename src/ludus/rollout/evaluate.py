@@ -24,6 +24,7 @@ from ludus.core.env import Env
 from ludus.core.types import Status, Task, Trajectory
 from ludus.policies.base import Policy, SamplingParams
 from ludus.rollout.engine import JsonlSink, RolloutConfig, RolloutEngine, requests
+from ludus.rollout.hosts import EnvHost
 
 TRAJECTORIES = "trajectories.jsonl"
 SUMMARY = "summary.json"
@@ -133,18 +134,20 @@ def evaluate(
     resume: bool = False,
     config: RolloutConfig | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
+    host: EnvHost | None = None,
 ) -> Summary:
     """Run ``samples`` episodes per task and summarise every trajectory in the run's file.
 
     Without ``resume`` an existing trajectories file is an error (it would mix two runs);
-    with it, the episodes already there are skipped."""
+    with it, the episodes already there are skipped. ``host`` runs the environments (a
+    ``RayHost``, say; the caller shuts it down); by default threads of this process."""
     run_dir = Path(run_dir)
     path = run_dir / TRAJECTORIES
     if path.exists() and path.stat().st_size > 0 and not resume:
         raise FileExistsError(
             f"{path} already holds trajectories: pass --resume to continue that run, or pick a new --name"
         )
-    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config)
+    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config, host)
     with JsonlSink(path) as sink:
         earlier = sink.trajectories()
         for trajectory in earlier:
