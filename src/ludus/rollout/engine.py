@@ -358,18 +358,18 @@ class RolloutEngine:
         """An environment call with the step time limit (none for a ``quick`` session's calls,
         which cannot hang). Raising or hanging is the environment's failure (``infra_error``),
         never the policy's answer."""
-        if quick:
-            try:
-                return await call
-            except Exception as exc:  # noqa: BLE001
-                raise _InfraFailure(f"environment {what} raised {type(exc).__name__}: {exc}"[:1000]) from None
-        task = asyncio.ensure_future(call)
-        done, _ = await asyncio.wait({task}, timeout=self.config.step_timeout_s)
-        if not done:
-            task.cancel()  # a thread cannot be stopped: it finishes (or hangs) on its own, unwaited
-            raise _InfraFailure(f"environment {what} did not finish within {self.config.step_timeout_s} s", retry=False)
+        limit = None if quick else self.config.step_timeout_s
+        deadline = asyncio.timeout(limit)
         try:
-            return task.result()
+            if limit is None:  # no timer to arm: the cheap path of quick environments
+                return await call
+            async with deadline:
+                return await call
+        except TimeoutError:
+            if not deadline.expired():
+                raise _InfraFailure(f"environment {what} raised TimeoutError") from None
+            # a thread cannot be stopped: it finishes (or hangs) on its own, unwaited
+            raise _InfraFailure(f"environment {what} did not finish within {limit} s", retry=False) from None
         except Exception as exc:  # noqa: BLE001 - an environment bug, not the policy's answer
             raise _InfraFailure(f"environment {what} raised {type(exc).__name__}: {exc}"[:1000]) from None
 
