@@ -201,6 +201,7 @@ class RolloutEngine:
         self.host = host
         self.stop_when = stop_when
         self.generator = generator
+        self._quick_factory = False
         self.stats: dict[str, float] = {}
 
     # ---- public API ----
@@ -320,10 +321,11 @@ class RolloutEngine:
     async def _attempt(
         self, order: int, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
     ) -> None:
-        env: EnvSession = await self._env_call("create", host.open(self.env_factory))
+        # once the factory has made a quick environment, opening one is quick too: no timer
+        env: EnvSession = await self._env_call("create", host.open(self.env_factory), self._quick_factory)
         try:
             trajectory.env = env.name
-            quick = bool(getattr(env, "quick", False))
+            quick = self._quick_factory = bool(getattr(env, "quick", False))
             obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed), quick)
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
             while True:
