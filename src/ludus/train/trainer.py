@@ -169,7 +169,7 @@ def rollout(
     env_factory: Callable[[], Env],
     tasks: list[Task],
     sampling: SamplingParams,
-    host: EnvHost,
+    host: EnvHost | None = None,
     seeds: list[int] | None = None,
     generator: torch.Generator | None = None,
 ) -> list[Trajectory]:
@@ -185,7 +185,11 @@ def rollout(
 
 
 def evaluate(
-    policy: TrainablePolicy, env_factory: Callable[[], Env], tasks: list[Task], max_tokens: int, host: EnvHost
+    policy: TrainablePolicy,
+    env_factory: Callable[[], Env],
+    tasks: list[Task],
+    max_tokens: int,
+    host: EnvHost | None = None,
 ) -> dict[str, float]:
     """Greedy decoding on held-out tasks: accuracy (status ``correct``) and mean reward."""
     trajs = rollout(policy, env_factory, tasks, SamplingParams(temperature=0.0, max_tokens=max_tokens), host)
