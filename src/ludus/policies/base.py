@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ludus.core.types import Message, ToolCall, ToolSpec
 
@@ -121,3 +123,40 @@ class TrainablePolicy(Policy):
     @abstractmethod
     def load(cls, path: str | Path) -> TrainablePolicy:
         """Read a policy saved by :meth:`save`."""
+
+
+# ---- shared by the local backends (tiny, transformers) ----
+
+
+def sample_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under the temperature-scaled distribution (before
+    top-p): the behaviour log-prob that ``token_logprobs`` recomputes. Greedy decoding reports
+    the log-prob at temperature 1."""
+    logits = logits.float()
+    if sampling.temperature == 0:
+        token = logits.argmax(-1)
+        return token, F.log_softmax(logits, dim=-1).gather(-1, token[:, None])[:, 0]
+    logp = F.log_softmax(logits / sampling.temperature, dim=-1)
+    probs = logp.exp()
+    if sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p  # mass before this token already suffices
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
+    if generator is not None and generator.device != probs.device:  # a CPU generator drives a GPU model
+        token = torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].to(probs.device)
+    else:
+        token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return token, logp.gather(-1, token[:, None])[:, 0]
+
+
+@contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """Sample with dropout off, then give the module back in the mode it was in (training)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)

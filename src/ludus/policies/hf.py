@@ -23,33 +23,11 @@ import torch.nn.functional as F
 
 from ludus.core.tools import parse_tool_calls, render_tool_calls
 from ludus.core.types import Message, ToolCall, ToolSpec
-from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy
+from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy, eval_mode, sample_tokens
 
 # A name no real tool has: rendering it shows whether a chat template writes tools and tool calls.
 _PROBE = "ludus_probe_tool_7f3a"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-
-
-def _sample(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token per row and its log-prob under the temperature-scaled distribution (before
-    top-p). Greedy decoding reports the log-prob at temperature 1."""
-    logits = logits.float()
-    if sampling.temperature == 0:
-        token = logits.argmax(-1)
-        return token, F.log_softmax(logits, dim=-1).gather(-1, token[:, None])[:, 0]
-    logp = F.log_softmax(logits / sampling.temperature, dim=-1)
-    probs = logp.exp()
-    if sampling.top_p < 1.0:
-        sorted_p, order = probs.sort(-1, descending=True)
-        outside = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p  # mass before this token already suffices
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
-    if generator is not None and generator.device != probs.device:  # a CPU generator drives a GPU model
-        token = torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].to(probs.device)
-    else:
-        token = torch.multinomial(probs, 1, generator=generator)[:, 0]
-    return token, logp.gather(-1, token[:, None])[:, 0]
 
 
 @contextmanager
@@ -279,12 +257,8 @@ class HFPolicy(TrainablePolicy):
         offered = list(tools) if tools is not None else [()] * len(conversations)
         prompts = [self.encode_prompt(c, t) for c, t in zip(conversations, offered, strict=True)]
         self._check_fits(max(map(len, prompts)), sampling.max_tokens)
-        was_training = self.module.training
-        self.module.eval()
-        try:
+        with eval_mode(self.module):
             return self._generate(prompts, sampling, generator)
-        finally:
-            self.module.train(was_training)
 
     def _generate(
         self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
@@ -298,7 +272,7 @@ class HFPolicy(TrainablePolicy):
         finished = torch.zeros(b, dtype=torch.bool, device=ids.device)
         tokens, logprobs = [], []
         for t in range(sampling.max_tokens):
-            token, lp = _sample(out.logits[:, -1], sampling, generator)
+            token, lp = sample_tokens(out.logits[:, -1], sampling, generator)
             token = token.masked_fill(finished, self.pad_id)  # finished rows idle until the batch ends
             tokens.append(token)
             logprobs.append(lp)

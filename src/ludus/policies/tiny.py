@@ -18,7 +18,7 @@ from torch import nn
 
 from ludus.core.tools import parse_tool_calls, render_tool_calls
 from ludus.core.types import Message
-from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy
+from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy, eval_mode, sample_tokens
 
 # ---- tokenizer -----------------------------------------------------------------------------
 PAD, BOS, EOS = 256, 257, 258
@@ -122,25 +122,6 @@ class TinyTransformer(nn.Module):
         return self.ln_f(x) @ self.tok.weight.T, new_cache
 
 
-# ---- sampling ------------------------------------------------------------------------------
-def _sample(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token and its log-prob under the sampling distribution (temperature-scaled, before top-p)."""
-    if sampling.temperature == 0:
-        logp = F.log_softmax(logits, dim=-1)
-        token = logits.argmax(-1)
-        return token, logp.gather(-1, token[:, None])[:, 0]
-    logp = F.log_softmax(logits / sampling.temperature, dim=-1)
-    probs = logp.exp()
-    if sampling.top_p < 1.0:
-        sorted_p, order = probs.sort(-1, descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p
-        probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
-    token = torch.multinomial(probs, 1, generator=generator)[:, 0]
-    return token, logp.gather(-1, token[:, None])[:, 0]
-
-
 class TinyPolicy(TrainablePolicy):
     """The embedded default model behind the :class:`TrainablePolicy` interface."""
 
@@ -161,12 +142,8 @@ class TinyPolicy(TrainablePolicy):
     ) -> list[Completion]:
         prompts = [self.tokenizer.render(c) for c in conversations]
         self._check_fits(max(map(len, prompts)), sampling.max_tokens)
-        was_training = self.module.training
-        self.module.eval()
-        try:
+        with eval_mode(self.module):
             return self._generate(prompts, sampling, generator)
-        finally:
-            self.module.train(was_training)
 
     def _generate(
         self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
@@ -189,7 +166,7 @@ class TinyPolicy(TrainablePolicy):
         finished = torch.zeros(b, dtype=torch.bool)
         steps = 0
         for t in range(sampling.max_tokens):
-            token, lp = _sample(logits[:, -1], sampling, generator)
+            token, lp = sample_tokens(logits[:, -1], sampling, generator)
             token = token.masked_fill(finished, PAD)
             out_ids[:, t], out_lp[:, t] = token, lp
             steps = t + 1
