@@ -182,7 +182,7 @@ def test_good_envs_pass(env_cls: type[SingleTurnEnv]) -> None:
 def test_reference_is_checked_when_given_and_skipped_otherwise() -> None:
     assert results(check_env(GoodEnv, name="good"))["reference"] == (True, "the reference reply earns the full reward")
     ok, detail = results(check_env(GoodToolEnv, name="good-tools"))["reference"]
-    assert ok and "reference() returns None" in detail
+    assert ok and "reference_actions() returns None" in detail
 
 
 def test_non_deterministic_env_fails_determinism() -> None:

@@ -284,3 +284,40 @@ def test_train_config_rejects_models_it_cannot_train(tmp_path):
         load_config(overrides={"model": "http://localhost:8000/v1"})
     with pytest.raises(ConfigError, match="no config.json"):
         load_config(overrides={"model": f"hf:{tmp_path}"})
+
+
+def test_ludus_train_loads_hf_models_with_model_args_and_samples_ahead(checkpoint, tmp_path):
+    """``model_args`` reach the loader (bfloat16 here) and asynchronous training runs on a copy
+    of a transformers model as it does on the tiny one."""
+    config = load_config(
+        overrides={
+            "model": f"hf:{checkpoint}",
+            "model_args": {"dtype": "bfloat16"},
+            "max_staleness": 1,
+            "name": "hf-async",
+            "runs_dir": str(tmp_path / "runs"),
+            "env_args": {"digits": 1, "ops": "+"},
+            "steps": 3,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_tokens": 4,
+            "beta": 0.01,
+            "eval_size": 4,
+            "eval_every": 0,
+            "checkpoint_every": 0,
+            "time_limit_min": 0,
+            "threads": 1,
+        }
+    )
+    trainer = Trainer.create(config, log=lambda _: None)
+    result = trainer.run()
+    assert result.step == 3 and trainer.policy.module.dtype == torch.bfloat16
+    train = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["staleness/max"] for r in train if "reward/mean" in r][1:] == [1, 1]
+
+
+def test_model_args_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match="device, dtype and tool_format only"):
+        load_config(overrides={"model_args": {"devic": "cuda"}})
+    with pytest.raises(ConfigError, match="applies to transformers models"):
+        load_config(overrides={"model_args": {"dtype": "bfloat16"}})

@@ -430,3 +430,23 @@ def test_generate_inside_an_event_loop_says_to_await_agenerate():
     with pytest.raises(RuntimeError, match="await policy.agenerate"):
         asyncio.run(call_sync())
     client.close()
+
+
+def test_calls_a_server_returns_as_text_are_read_in_the_models_tool_format():
+    text = 'Let me check. [TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]'
+    app, _ = scripted_app(chat_body(text))
+    with serving(app) as url:
+        mistral = OpenAIPolicy(url, "m", tool_format="mistral", **FAST)
+        [c] = mistral.generate(CONVS[:1], SamplingParams())
+        mistral.close()
+        hermes = OpenAIPolicy(url, "m", **FAST)
+        [plain] = hermes.generate(CONVS[:1], SamplingParams())
+        hermes.close()
+    assert (c.text, c.tool_calls, c.finish_reason) == (
+        "Let me check.",
+        [ToolCall("add", {"a": 1, "b": 2}, id="call_0")],
+        "tool_calls",
+    )
+    assert plain.text == text and plain.tool_calls == []  # another format: plain content
+    with pytest.raises(ValueError, match="unknown tool-call format 'xml'.*hermes"):
+        OpenAIPolicy("http://127.0.0.1:9/v1", "m", tool_format="xml")

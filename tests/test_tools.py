@@ -6,8 +6,17 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from ludus.core.tools import Tool, ToolSchemaError, tool_spec, validate_arguments
-from ludus.core.types import ToolCall
+from ludus.core import Score, Status, Task, ToolEnv
+from ludus.core.tools import (
+    TOOL_CALL_FORMATS,
+    Tool,
+    ToolSchemaError,
+    parse_tool_calls,
+    render_tool_calls,
+    tool_spec,
+    validate_arguments,
+)
+from ludus.core.types import Message, ToolCall
 
 
 def everything(
@@ -213,3 +222,59 @@ def test_non_string_results_are_shown_as_repr() -> None:
         return (a, a)
 
     assert Tool(pair)(ToolCall("pair", {"a": 4})) == ("(4, 4)", True)
+
+
+# ---- tool calls written as text, per model family ----
+
+CALLS = [ToolCall("add", {"a": 1, "b": [2, 3]}, id="call_0"), ToolCall("now", {}, id="call_1")]
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_CALL_FORMATS))
+def test_each_format_reads_back_what_it_writes(name):
+    text = render_tool_calls(CALLS, name)
+    assert parse_tool_calls(text, name) == ("", CALLS)
+    assert parse_tool_calls("just an answer: 42", name) == ("just an answer: 42", [])
+
+
+def test_open_model_formats_are_read_as_those_models_write_them():
+    now = ToolCall("now", {}, id="call_0")
+    assert parse_tool_calls('Sure.<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>') == ("Sure.", [now])
+    mistral = parse_tool_calls('[TOOL_CALLS] [{"name": "now", "arguments": {}, "id": "abc123"}]', "mistral")
+    assert mistral == ("", [ToolCall("now", {}, id="abc123")])
+    llama = parse_tool_calls('<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": [2, 3]}}', "llama3_json")
+    assert llama == ("", [CALLS[0]])
+    assert parse_tool_calls('{"name": "now", "parameters": {}}', "llama3_json") == ("", [now])
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("hermes", "<tool_call>{name: add}</tool_call>"),
+        ("hermes", '<tool_call>{"arguments": {}}</tool_call>'),
+        ("mistral", "[TOOL_CALLS] [{broken"),
+        ("llama3_json", "<|python_tag|>{not json"),
+    ],
+)
+def test_an_unreadable_call_becomes_an_error_for_the_model_not_an_answer(name, text):
+    _, calls = parse_tool_calls(text, name)
+    assert len(calls) == 1 and calls[0].name == ""
+
+    class Env(ToolEnv):
+        name = "adder"
+
+        def tool_functions(self):
+            return [add]
+
+        def score(self, task, completion):
+            return Score.zero(Status.WRONG, "unused")
+
+    env = Env()
+    env.reset(Task(id="t", prompt="add"))
+    result = env.step(Message("assistant", "", tool_calls=calls))
+    assert not result.done and result.info["tool_errors"] == 1
+    assert result.observation.messages[0].content.startswith("Error: this tool call could not be read")
+
+
+def test_unknown_formats_are_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="unknown tool-call format 'xml'; known: hermes, mistral, llama3_json"):
+        parse_tool_calls("x", "xml")

@@ -13,39 +13,15 @@ import pytest
 import torch
 
 from ludus.core import Score, SingleTurnEnv, Status, Task, register
-from ludus.train.config import load_config
 from ludus.train.trainer import Trainer, lr_factor
-
-SMALL = {
-    "env_args": {"digits": 1, "ops": "+"},
-    "tiny": {"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 24},
-    "warmstart_steps": 5,
-    "prompts_per_step": 4,
-    "group_size": 4,
-    "max_tokens": 3,
-    "eval_size": 16,
-    "eval_every": 2,
-    "checkpoint_every": 2,
-    "time_limit_min": 0,
-    "threads": 1,
-}
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUDUS_CACHE", str(tmp_path / "cache"))
-
-
-def _config(tmp_path: Path, **overrides):
-    return load_config(overrides={**SMALL, "runs_dir": str(tmp_path / "runs"), **overrides})
 
 
 def _params(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "final" / "model.pt", weights_only=True)
 
 
-def test_run_folder_and_metrics_schema(tmp_path):
-    result = Trainer.create(_config(tmp_path, name="schema", steps=4), log=lambda _: None).run()
+def test_run_folder_and_metrics_schema(small_config):
+    result = Trainer.create(small_config(name="schema", steps=4), log=lambda _: None).run()
     run = result.run_dir
     for name in ["config.yaml", "metrics.jsonl", "samples.jsonl", "reward.png", "final/model.pt"]:
         assert (run / name).exists(), name
@@ -74,16 +50,16 @@ def test_run_folder_and_metrics_schema(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000004"]
 
 
-def test_existing_run_folder_is_not_overwritten(tmp_path):
-    Trainer.create(_config(tmp_path, name="taken", steps=1), log=lambda _: None)
+def test_existing_run_folder_is_not_overwritten(small_config):
+    Trainer.create(small_config(name="taken", steps=1), log=lambda _: None)
     with pytest.raises(ValueError, match="already exists"):
-        Trainer.create(_config(tmp_path, name="taken", steps=1), log=lambda _: None)
+        Trainer.create(small_config(name="taken", steps=1), log=lambda _: None)
 
 
-def test_resume_after_stop_gives_the_same_parameters(tmp_path):
-    straight = Trainer.create(_config(tmp_path, name="straight", steps=6), log=lambda _: None).run()
+def test_resume_after_stop_gives_the_same_parameters(small_config):
+    straight = Trainer.create(small_config(name="straight", steps=6), log=lambda _: None).run()
 
-    trainer = Trainer.create(_config(tmp_path, name="stopped", steps=6), log=lambda _: None)
+    trainer = Trainer.create(small_config(name="stopped", steps=6), log=lambda _: None)
 
     def stop_at_3(record):
         if record.get("step") == 3 and "reward/mean" in record:
@@ -187,11 +163,10 @@ class _FirstCharEnv(SingleTurnEnv):
 
 
 @pytest.mark.slow
-def test_short_seeded_training_improves_reward(tmp_path):
+def test_short_seeded_training_improves_reward(small_config):
     """GRPO from random weights, verifier reward only: greedy accuracy must rise well above chance."""
     register("first-char", _FirstCharEnv)
-    cfg = _config(
-        tmp_path,
+    cfg = small_config(
         name="learn",
         env="first-char",
         env_args={},
@@ -216,23 +191,23 @@ def test_short_seeded_training_improves_reward(tmp_path):
     assert after >= before + 0.4, (before, after)
 
 
-def test_lr_schedule_warms_up_then_anneals_over_steps():
-    cfg = _config(Path("."), steps=100, warmup_steps=10, lr_schedule="cosine")
+def test_lr_schedule_warms_up_then_anneals_over_steps(small_config):
+    cfg = small_config(steps=100, warmup_steps=10, lr_schedule="cosine")
     assert [lr_factor(cfg, s) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
     assert lr_factor(cfg, 10) == 1.0
     assert lr_factor(cfg, 55) == pytest.approx(0.5)
     assert lr_factor(cfg, 100) == pytest.approx(0.0)
-    linear = _config(Path("."), steps=100, lr_schedule="linear")
+    linear = small_config(steps=100, lr_schedule="linear")
     assert lr_factor(linear, 25) == pytest.approx(0.75)
-    assert lr_factor(_config(Path("."), steps=100, lr_schedule="constant"), 99) == 1.0
-    wsd = _config(Path("."), steps=100, lr_schedule="wsd", lr_decay_frac=0.2)
+    assert lr_factor(small_config(steps=100, lr_schedule="constant"), 99) == 1.0
+    wsd = small_config(steps=100, lr_schedule="wsd", lr_decay_frac=0.2)
     assert [lr_factor(wsd, s) for s in (0, 80)] == pytest.approx([1.0, 1.0])
     assert lr_factor(wsd, 90) == pytest.approx(0.5)
     assert lr_factor(wsd, 100) == pytest.approx(0.0)
 
 
-def test_lr_schedule_follows_the_time_limit_when_it_ends_the_run_first():
-    cfg = _config(Path("."), steps=1000, time_limit_min=10, lr_schedule="linear")
+def test_lr_schedule_follows_the_time_limit_when_it_ends_the_run_first(small_config):
+    cfg = small_config(steps=1000, time_limit_min=10, lr_schedule="linear")
     assert lr_factor(cfg, 100, elapsed_s=300) == pytest.approx(0.5)  # half the time, a tenth of the steps
     assert lr_factor(cfg, 900, elapsed_s=60) == pytest.approx(0.1)  # the step budget ends first
     assert lr_factor(cfg, 100, elapsed_s=900) == 0.0  # past the limit: never negative

@@ -150,12 +150,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.model_name and not args.model.startswith(("http://", "https://")):
         raise ValueError("--model-name picks a model on an OpenAI-compatible server; it needs --model http(s)://...")
     options = {"model": args.model_name} if args.model_name else {}
+    if args.tool_format:
+        if args.model in ("tiny", "oracle", "nothing"):
+            raise ValueError(f"--tool-format applies to transformers models and servers, not {args.model!r}")
+        options["tool_format"] = args.tool_format
     if (args.ray_address or args.ray_actors is not None) and not args.ray:
         raise ValueError("--ray-address and --ray-actors set up the Ray scale-out: add --ray")
     actors = args.ray_actors if args.ray_actors is not None else 2
     if actors < 1:
         raise ValueError(f"--ray-actors must be at least 1, got {actors}")
-    policy = load_policy(args.model, **options)
+    if args.model == "oracle":  # scripted policies: prove the tasks solvable and the rewards discriminating
+        from ludus.rollout.engine import requests
+        from ludus.rollout.scripted import OraclePolicy
+
+        policy = OraclePolicy(lambda: cls(**env_args), requests(tasks, args.samples))
+    elif args.model == "nothing":
+        from ludus.rollout.scripted import NothingPolicy
+
+        policy = NothingPolicy()
+    else:
+        policy = load_policy(args.model, **options)
     run_dir = Path(args.runs) / (args.name or f"eval-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     config = RolloutConfig(max_batch=args.batch, env_concurrency=args.env_workers, generate_calls=args.generate_calls)
     console.print(
@@ -486,8 +500,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a model on an environment: mean reward, pass@k, best-of-N")
     p.add_argument("env", help="environment name (see `ludus envs`)")
-    p.add_argument("--model", default="tiny", help="'tiny', a saved model folder, hf:PATH, or http(s)://HOST/v1")
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="'tiny', a saved model folder, hf:PATH, http(s)://HOST/v1, or a scripted policy: 'oracle' (plays "
+        "the environment's reference actions) or 'nothing' (empty replies)",
+    )
     p.add_argument("--model-name", help="the model to ask an OpenAI-compatible server for (default: its only one)")
+    p.add_argument(
+        "--tool-format",
+        help="how the model writes tool calls in text: hermes (default), mistral or llama3_json "
+        "(transformers models, and servers that return calls as text)",
+    )
     p.add_argument("--env-args", help="JSON keyword arguments for the environment")
     p.add_argument("--split", default="eval", help="task split: train or eval (default eval)")
     p.add_argument("--tasks", type=int, help="how many tasks (default: all, or 100 of an endless source)")

@@ -2,7 +2,7 @@
 
 from ludus.core.env import Env, EnvStateError, SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.registry import EnvLoadError, UnknownEnvError, make, register
-from ludus.core.tools import Tool, ToolSchemaError, tool_spec, validate_arguments
+from ludus.core.tools import Tool, ToolCache, ToolSchemaError, tool, tool_spec, validate_arguments
 from ludus.core.types import (
     Message,
     Observation,
@@ -30,6 +30,7 @@ __all__ = [
     "Task",
     "TaskSource",
     "Tool",
+    "ToolCache",
     "ToolCall",
     "ToolEnv",
     "ToolSchemaError",
@@ -39,6 +40,7 @@ __all__ = [
     "UnknownEnvError",
     "make",
     "register",
+    "tool",
     "tool_spec",
     "validate_arguments",
 ]

@@ -433,19 +433,24 @@ def _check_reference(ctx: _Context) -> str | None:
             env.reset(seed=seed)
             if env.task is None:
                 raise _Failed(f"reset(seed={seed}) did not set env.task")
-            reply = env.reference(env.task)
-            if reply is None:
+            actions = env.reference_actions(env.task)
+            if actions is None:
                 continue
             tested += 1
-            final = ctx.play(env, reply)[-1]
-            if final.score is None or final.score.value != top:
+            final = None
+            for action in actions:
+                final = env.step(action)
+                if final.done:
+                    break
+            if final is None or final.score is None or final.score.value != top:
                 got = (
                     "no Score"
-                    if final.score is None
+                    if final is None or final.score is None
                     else f"{final.score.value} ({final.score.status}: {final.score.reason})"
                 )
-                raise _Failed(f"seed {seed}: reference reply {_short(reply)} scored {got}, not the full reward {top}")
-    return None if tested else "no reference reply to test: reference() returns None"
+                shown = _short(actions[0].content) if len(actions) == 1 else f"({len(actions)} actions)"
+                raise _Failed(f"seed {seed}: reference {shown} scored {got}, not the full reward {top}")
+    return None if tested else "no reference reply to test: reference_actions() returns None"
 
 
 def _check_malformed(ctx: _Context) -> None:

@@ -21,14 +21,17 @@ keeps the episode state and enforces the invariants. :class:`SingleTurnEnv` and
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from ludus.core.tools import Tool
+from ludus.core.tools import Tool, ToolCache
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolCall, ToolSpec
+
+logger = logging.getLogger("ludus.env")
 
 Split = Literal["train", "eval"]
 
@@ -94,6 +97,13 @@ class Env(ABC):
         """A reply that earns full reward on ``task``, if the environment knows one. Used for
         supervised warm-starts and by ``ludus check``; ``None`` when there is none to give."""
         return None
+
+    def reference_actions(self, task: Task) -> list[Message] | None:
+        """The assistant messages of an episode that earns full reward (tool calls included):
+        what the scripted oracle policy plays, proving a task solvable. By default the
+        :meth:`reference` reply alone; multi-turn environments override it."""
+        reply = self.reference(task)
+        return None if reply is None else [Message("assistant", reply)]
 
     def close(self) -> None:
         """Release anything the environment holds (processes, connections)."""
@@ -188,10 +198,44 @@ class ToolEnv(SingleTurnEnv):
 
     List the tools in :meth:`tool_functions` (type-hinted functions or bound methods, so
     tools can reach per-episode state); a message without tool calls is the final answer and
-    goes to :meth:`score`.
+    goes to :meth:`score`. Each step's ``info`` counts its ``tool_calls``, ``tool_errors``
+    and ``tool_cache_hits``.
+
+    Caching: a tool marked ``@tool(cacheable=True)`` is run once per distinct call and state
+    when the environment has a ``tool_cache`` (set it on the subclass to share one among all
+    its instances) and :meth:`cache_scope` names the state the tools read.
+
+    Honeypots: a tool marked ``@tool(honeypot=True)``, or any code of the environment calling
+    :meth:`trip_honeypot` (a query that reads a ``secrets`` table), ends the episode with
+    status ``honeypot`` and reward ``honeypot_penalty``, whatever the answer: bait that a
+    legitimate solution never touches, so reaching for it is logged and punished.
     """
 
     max_turns = 8
+    tool_cache: ToolCache | None = None
+    honeypot_penalty: float = -1.0
+    reward_range: ClassVar[tuple[float, float]] = (-1.0, 1.0)  # must include honeypot_penalty
+
+    max_tool_calls: int | None = None  # per episode; calls past it are refused with an error
+    _honeypot: str | None = None
+    _tool_calls_used = 0
+
+    def trip_honeypot(self, what: str) -> None:
+        """Record that the model touched a honeypot (``what`` says which); the episode ends
+        after this step with status ``honeypot``."""
+        if self._honeypot is None:
+            self._honeypot = what
+            logger.warning("honeypot touched in %s, task %s: %s", self.name, self.task and self.task.id, what)
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> Observation:
+        self._honeypot, self._tool_calls_used = None, 0
+        return super().reset(task, seed)
+
+    def cache_scope(self) -> str | None:
+        """What cacheable tools' results depend on besides their arguments — e.g. the task id,
+        or a hash of this episode's database. ``None`` (the default) caches nothing: the safe
+        choice when tools read state that differs between episodes of one task."""
+        return None
 
     def tool_functions(self) -> Sequence[Callable[..., Any]]:
         return []
@@ -203,17 +247,46 @@ class ToolEnv(SingleTurnEnv):
         return {t.name: t for t in map(Tool, self.tool_functions())}
 
     def transition(self, action: Message) -> StepResult:
-        if not action.tool_calls:
-            return super().transition(action)
-        tools = self._tool_map()
-        replies = [self._run(tools, call) for call in action.tool_calls]
-        return StepResult(Observation(replies))
+        result = self._call_tools(action) if action.tool_calls else super().transition(action)
+        if self._honeypot is None:
+            return result
+        score = Score(self.honeypot_penalty, Status.HONEYPOT, f"touched a honeypot: {self._honeypot}")
+        info = {**result.info, "honeypot": self._honeypot}
+        return StepResult(result.observation, score.value, terminated=True, score=score, info=info)
 
-    @staticmethod
-    def _run(tools: dict[str, Tool], call: ToolCall) -> Message:
+    def _call_tools(self, action: Message) -> StepResult:
+        tools = self._tool_map()
+        scope = self.cache_scope() if self.tool_cache is not None else None
+        counts = {"tool_calls": len(action.tool_calls), "tool_errors": 0, "tool_cache_hits": 0}
+        replies = []
+        for call in action.tool_calls:
+            text, ok, cached = self._run(tools, call, scope)
+            counts["tool_errors"] += not ok
+            counts["tool_cache_hits"] += cached
+            replies.append(Message("tool", text, tool_call_id=call.id or None, name=call.name))
+        return StepResult(Observation(replies), info=counts)
+
+    def _run(self, tools: dict[str, Tool], call: ToolCall, scope: str | None) -> tuple[str, bool, bool]:
+        """``(text for the model, ok, from the cache)``."""
+        if not call.name:
+            return (
+                f"Error: this tool call could not be read: {str(call.arguments)[:200]!r}; write a JSON object "
+                'with a string "name" and an "arguments" object',
+                False,
+                False,
+            )
         tool = tools.get(call.name)
         if tool is None:
-            text = f"Error: no tool named {call.name!r}; available: {', '.join(tools) or 'none'}"
-        else:
-            text, _ = tool(call)
-        return Message("tool", text, tool_call_id=call.id or None, name=call.name)
+            return f"Error: no tool named {call.name!r}; available: {', '.join(tools) or 'none'}", False, False
+        if self.max_tool_calls is not None and self._tool_calls_used >= self.max_tool_calls:
+            return (
+                f"Error: the limit of {self.max_tool_calls} tool calls is used up; give your final answer",
+                False,
+                False,
+            )
+        self._tool_calls_used += 1
+        if tool.honeypot:
+            self.trip_honeypot(f"called the tool {tool.name}")
+        if scope is None or not tool.cacheable or self.tool_cache is None:
+            return (*tool(call), False)
+        return self.tool_cache.run(ToolCache.key(f"{self.name}\0{scope}", call), lambda: tool(call))

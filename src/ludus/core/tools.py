@@ -11,19 +11,27 @@
 
     spec = tool_spec(add)   # ToolSpec(name="add", description="Add two integers.", parameters={...})
 
-Arguments coming from a model are untrusted: :func:`call_tool` checks them against the
-schema and turns every mistake into an error string the model can read, never an exception.
+Arguments coming from a model are untrusted: :class:`Tool` checks them against the schema
+and turns every mistake into an error string the model can read, never an exception.
+
+A tool that is *deterministic* — the same arguments on the same environment state give the
+same result — can be declared ``@tool(cacheable=True)``; a :class:`ToolCache` then runs each
+distinct call once for every episode that shares the state (the G samples of a GRPO group
+asking the same SQL query, say).
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import re
+import threading
 import types
 import typing
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin, overload
 
 from ludus.core.types import ToolCall, ToolSpec
 
@@ -157,12 +165,37 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> str | None:
     return None
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def tool(fn: F, *, name: str | None = None, cacheable: bool = False, honeypot: bool = False) -> F: ...
+@overload
+def tool(
+    fn: None = None, *, name: str | None = None, cacheable: bool = False, honeypot: bool = False
+) -> Callable[[F], F]: ...
+def tool(fn: Any = None, *, name: str | None = None, cacheable: bool = False, honeypot: bool = False) -> Any:
+    """Mark a function (or method) as a tool: ``name`` overrides its name; ``cacheable`` says
+    it is deterministic given the environment's state, so a :class:`ToolCache` may reuse its
+    results; ``honeypot`` says no legitimate solution calls it (see ``ToolEnv``). Plain
+    type-hinted functions are tools without it."""
+
+    def mark(f: F) -> F:
+        f.__ludus_tool__ = {"name": name, "cacheable": cacheable, "honeypot": honeypot}  # type: ignore[attr-defined]
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
 class Tool:
     """A Python function paired with its schema; calling it with model arguments never raises."""
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
+        marks = getattr(fn, "__ludus_tool__", {})
         self.fn = fn
-        self.spec = tool_spec(fn, name)
+        self.spec = tool_spec(fn, name or marks.get("name"))
+        self.cacheable: bool = marks.get("cacheable", False)
+        self.honeypot: bool = marks.get("honeypot", False)
 
     @property
     def name(self) -> str:
@@ -180,37 +213,197 @@ class Tool:
         return result if isinstance(result, str) else repr(result), True
 
 
-# ---- tool calls written as text ----
-# Local models (the tiny model, transformers checkpoints) write tool calls into their text, in
-# the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form; servers such as
-# vLLM return them already parsed. Both end up as ``ToolCall``s on the assistant message.
+class ToolCache:
+    """Results of cacheable tool calls, shared by every environment instance given it.
 
-_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+    Thread-safe (environments run on many threads) and bounded (least recently used entries
+    go first). Only successful calls are kept: an error may be transient. Concurrent misses
+    on one key run the tool once; the others wait for its result (single flight)."""
 
+    def __init__(self, max_entries: int = 10_000):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.hits = self.misses = 0
+        self._data: OrderedDict[str, str] = OrderedDict()
+        self._running: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
 
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """Split a reply into its content and its tool calls. A block that is not a JSON object
-    with a string ``name`` is not a call and stays in the content, where the environment
-    reads it as text; ``arguments`` is passed on as written (tools check it, see ``call_tool``)."""
-    calls: list[ToolCall] = []
+    @staticmethod
+    def key(scope: str, call: ToolCall) -> str:
+        """``scope`` names the state the result depends on (a database's hash, a task id)."""
+        blob = json.dumps([scope, call.name, call.arguments], sort_keys=True, ensure_ascii=False, default=repr)
+        return hashlib.sha256(blob.encode()).hexdigest()
 
-    def take(match: re.Match[str]) -> str:
+    def run(self, key: str, call: Callable[[], tuple[str, bool]]) -> tuple[str, bool, bool]:
+        """``call()``'s ``(text, ok)``, or a stored success; the third value says it was stored."""
+        while True:
+            with self._lock:
+                if key in self._data:
+                    self._data.move_to_end(key)
+                    self.hits += 1
+                    return self._data[key], True, True
+                running = self._running.get(key)
+                if running is None:
+                    self._running[key] = done = threading.Event()
+                    self.misses += 1
+                    break
+            running.wait()  # another thread runs this very call; then look again
         try:
-            data = json.loads(match.group(1))
+            text, ok = call()
+            if ok:
+                with self._lock:
+                    self._data[key] = text
+                    if len(self._data) > self.max_entries:
+                        self._data.popitem(last=False)
+            return text, ok, False
+        finally:
+            with self._lock:
+                del self._running[key]
+            done.set()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+# ---- tool calls written as text ----
+# Local models (the tiny model, transformers checkpoints) write tool calls into their text, each
+# model family in its own format; servers such as vLLM return them already parsed. Both end up as
+# ``ToolCall``s on the assistant message. A call that cannot be read is not dropped: it becomes a
+# ``ToolCall`` with an empty name and the raw text as ``arguments``, which a ``ToolEnv`` answers
+# with an error the model can learn from (and counts), as it does any wrong call.
+
+
+def unreadable_call(raw: str, index: int) -> ToolCall:
+    """A tool call the model wrote but that is not a JSON object with a string ``name``."""
+    return ToolCall("", raw[:2000], id=f"call_{index}")  # type: ignore[arg-type] - raw text on purpose
+
+
+def _call_from_json(data: Any, raw: str, index: int, arguments_key: str = "arguments") -> ToolCall:
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        return unreadable_call(raw, index)
+    arguments = data.get(arguments_key, data.get("arguments", {}))
+    return ToolCall(data["name"], arguments, id=str(data.get("id") or f"call_{index}"))
+
+
+class ToolCallFormat:
+    """How one family of models writes tool calls in text: ``parse`` splits a reply into its
+    content and its calls; ``render`` writes calls back the same way (for the conversation
+    history of a model without a chat template)."""
+
+    name: str = ""
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        raise NotImplementedError
+
+    def render(self, calls: list[ToolCall]) -> str:
+        raise NotImplementedError
+
+
+class HermesFormat(ToolCallFormat):
+    """``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` blocks anywhere in the reply
+    (Hermes, Qwen 2.5/3 and many fine-tunes; the embedded tiny model's format)."""
+
+    name = "hermes"
+    _block = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        calls: list[ToolCall] = []
+
+        def take(match: re.Match[str]) -> str:
+            try:
+                data = json.loads(match.group(1))
+            except ValueError:
+                data = None
+            calls.append(_call_from_json(data, match.group(1), len(calls)))
+            return ""
+
+        content = self._block.sub(take, text)
+        return (content.strip() if calls else content), calls
+
+    def render(self, calls: list[ToolCall]) -> str:
+        return "".join(
+            f"<tool_call>{json.dumps({'name': c.name, 'arguments': c.arguments}, ensure_ascii=False)}</tool_call>"
+            for c in calls
+        )
+
+
+class MistralFormat(ToolCallFormat):
+    """``[TOOL_CALLS]`` then a JSON list of ``{"name", "arguments"}`` objects (Mistral and
+    Mixtral instruct models); the text before the marker is the content."""
+
+    name = "mistral"
+    marker = "[TOOL_CALLS]"
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        if self.marker not in text:
+            return text, []
+        content, _, raw = text.partition(self.marker)
+        try:
+            data = json.loads(raw)
         except ValueError:
-            return match.group(0)
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-            return match.group(0)
-        calls.append(ToolCall(data["name"], data.get("arguments", {}), id=f"call_{len(calls)}"))
-        return ""
+            return content.strip(), [unreadable_call(raw.strip(), 0)]
+        items = data if isinstance(data, list) else [data]
+        return content.strip(), [_call_from_json(item, json.dumps(item), i) for i, item in enumerate(items)]
 
-    content = _CALL_BLOCK.sub(take, text)
-    return (content.strip() if calls else content), calls
+    def render(self, calls: list[ToolCall]) -> str:
+        if not calls:
+            return ""
+        return self.marker + json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
 
 
-def render_tool_calls(calls: list[ToolCall]) -> str:
-    """The text form of ``calls`` that :func:`parse_tool_calls` reads back."""
-    return "".join(
-        f"<tool_call>{json.dumps({'name': c.name, 'arguments': c.arguments}, ensure_ascii=False)}</tool_call>"
-        for c in calls
-    )
+class Llama3JsonFormat(ToolCallFormat):
+    """Llama 3.1–3.3 JSON tool calls: the whole reply (optionally after ``<|python_tag|>``) is
+    ``{"name": …, "parameters": {…}}``, several separated by ``;``. A reply that does not start
+    like a call is plain content."""
+
+    name = "llama3_json"
+    tag = "<|python_tag|>"
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        body = text.strip()
+        tagged = body.startswith(self.tag)
+        body = body.removeprefix(self.tag).strip()
+        if not tagged and not re.match(r'^\{\s*"name"', body):
+            return text, []
+        calls: list[ToolCall] = []
+        decoder = json.JSONDecoder()
+        rest = body
+        while rest:
+            try:
+                data, end = decoder.raw_decode(rest)
+            except ValueError:
+                calls.append(unreadable_call(rest, len(calls)))
+                break
+            calls.append(_call_from_json(data, rest[:end], len(calls), arguments_key="parameters"))
+            rest = rest[end:].strip().removeprefix(";").strip()
+        return "", calls
+
+    def render(self, calls: list[ToolCall]) -> str:
+        return "; ".join(json.dumps({"name": c.name, "parameters": c.arguments}, ensure_ascii=False) for c in calls)
+
+
+TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
+    f.name: f for f in (HermesFormat(), MistralFormat(), Llama3JsonFormat())
+}
+
+
+def tool_call_format(name: str) -> ToolCallFormat:
+    """The format called ``name`` (``hermes``, ``mistral``, ``llama3_json``)."""
+    try:
+        return TOOL_CALL_FORMATS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown tool-call format {name!r}; known: {', '.join(TOOL_CALL_FORMATS)} "
+            "(pick the one the model was trained to write)"
+        ) from None
+
+
+def parse_tool_calls(text: str, format: str = "hermes") -> tuple[str, list[ToolCall]]:
+    """Split a reply into its content and its tool calls, read in ``format``."""
+    return tool_call_format(format).parse(text)
+
+
+def render_tool_calls(calls: list[ToolCall], format: str = "hermes") -> str:
+    """The text form of ``calls`` in ``format``, which :func:`parse_tool_calls` reads back."""
+    return tool_call_format(format).render(calls)

@@ -34,6 +34,7 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     TRUNCATED = "truncated"
     GOLD_ERROR = "gold_error"
+    HONEYPOT = "honeypot"  # the model touched a tool or data that no legitimate solution needs
     INFRA_ERROR = "infra_error"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ludus.core.tools import parse_tool_calls, render_tool_calls
+from ludus.core.tools import ToolCallFormat, tool_call_format
 from ludus.core.types import Message, ToolCall, ToolSpec
 from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy, eval_mode, sample_tokens
 
@@ -56,12 +56,10 @@ def _resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     return resolved
 
 
-def _tool_prompt(tools: Sequence[ToolSpec]) -> str:
+def _tool_prompt(tools: Sequence[ToolSpec], form: ToolCallFormat) -> str:
     lines = "\n".join(json.dumps(t.to_dict(), ensure_ascii=False) for t in tools)
-    return (
-        f"You can call these tools:\n{lines}\n"
-        'To call one, write <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>.'
-    )
+    example = form.render([ToolCall("TOOL", {"ARGUMENT": "VALUE"})])
+    return f"You can call these tools:\n{lines}\nTo call one, write {example}"
 
 
 def _call_dict(call: ToolCall) -> dict[str, Any]:
@@ -72,9 +70,10 @@ class HFPolicy(TrainablePolicy):
     """A transformers causal LM and its tokenizer. Build one with :meth:`load` (or
     ``load_policy("hf:PATH")``); the constructor wraps objects already in memory."""
 
-    def __init__(self, module: torch.nn.Module, tokenizer: Any, name: str = "") -> None:
+    def __init__(self, module: torch.nn.Module, tokenizer: Any, name: str = "", tool_format: str = "hermes") -> None:
         self.module = module
         self.tokenizer = tokenizer
+        self.tool_format = tool_call_format(tool_format)  # how this model writes tool calls in text
         self.name = name or str(getattr(module.config, "name_or_path", "")) or type(module).__name__
         eos: set[int] = set()
         for ids in (tokenizer.eos_token_id, getattr(getattr(module, "generation_config", None), "eos_token_id", None)):
@@ -105,10 +104,17 @@ class HFPolicy(TrainablePolicy):
     # ---- loading and saving ------------------------------------------------------------
     @classmethod
     def load(
-        cls, path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
+        cls,
+        path: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str | None = None,
+        tool_format: str = "hermes",
     ) -> HFPolicy:
         """Model and tokenizer from a folder written by ``save_pretrained`` (never the Hub).
-        ``dtype`` defaults to float32, which training needs; ``"bfloat16"`` halves memory for evaluation."""
+        ``dtype`` defaults to float32, which training needs; ``"bfloat16"`` halves memory for
+        evaluation. ``tool_format`` is how the model writes tool calls (``hermes``, ``mistral``,
+        ``llama3_json``; see ``ludus.core.tools``)."""
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - an optional extra
         except ImportError as exc:
@@ -143,7 +149,7 @@ class HFPolicy(TrainablePolicy):
                 "a decoder-only architecture transformers knows and the weights (model.safetensors)"
             ) from exc
         module.to(device=torch.device(device), dtype=_resolve_dtype(dtype))
-        return cls(module, tokenizer, name=str(folder))
+        return cls(module, tokenizer, name=str(folder), tool_format=tool_format)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -179,10 +185,12 @@ class HFPolicy(TrainablePolicy):
         the EOS token, tools described on a first ``system:`` line, and a final ``assistant:``.
         """
         if not self.has_template:
-            lines = [f"system: {_tool_prompt(tools)}"] if tools else []
+            lines = [f"system: {_tool_prompt(tools, self.tool_format)}"] if tools else []
             for m in messages:
                 if m.role == "assistant":
-                    lines.append(f"assistant: {m.content}{render_tool_calls(m.tool_calls)}{self.tokenizer.eos_token}")
+                    lines.append(
+                        f"assistant: {m.content}{self.tool_format.render(m.tool_calls)}{self.tokenizer.eos_token}"
+                    )
                 else:
                     lines.append(f"{m.role}: {m.content}")
             return (self.tokenizer.bos_token or "") + "".join(line + "\n" for line in lines) + "assistant:"
@@ -192,7 +200,7 @@ class HFPolicy(TrainablePolicy):
             if m.tool_calls and self._shows_calls:
                 entry["tool_calls"] = [_call_dict(c) for c in m.tool_calls]
             elif m.tool_calls:
-                entry["content"] = m.content + render_tool_calls(m.tool_calls)
+                entry["content"] = m.content + self.tool_format.render(m.tool_calls)
             if m.tool_call_id is not None:
                 entry["tool_call_id"] = m.tool_call_id
             if m.name is not None:
@@ -200,9 +208,9 @@ class HFPolicy(TrainablePolicy):
             chat.append(entry)
         if tools and not self._shows_tools:
             if chat and chat[0]["role"] == "system":
-                chat[0] = {**chat[0], "content": f"{chat[0]['content']}\n\n{_tool_prompt(tools)}"}
+                chat[0] = {**chat[0], "content": f"{chat[0]['content']}\n\n{_tool_prompt(tools, self.tool_format)}"}
             else:
-                chat.insert(0, {"role": "system", "content": _tool_prompt(tools)})
+                chat.insert(0, {"role": "system", "content": _tool_prompt(tools, self.tool_format)})
         from jinja2 import TemplateError  # noqa: PLC0415
 
         try:
@@ -295,7 +303,10 @@ class HFPolicy(TrainablePolicy):
         for prompt, row, lps in zip(prompts, all_ids, all_lp, strict=True):
             n = next((k + 1 for k, tok in enumerate(row) if tok in stops), len(row))
             stopped = row[n - 1] in stops
-            text, calls = parse_tool_calls(self.tokenizer.decode(row[:n], skip_special_tokens=True))
+            # formats other than hermes may mark calls with special tokens ([TOOL_CALLS], <|python_tag|>)
+            keep_special = self.tool_format.name != "hermes"
+            body = row[: n - 1] if stopped and keep_special else row[:n]
+            text, calls = self.tool_format.parse(self.tokenizer.decode(body, skip_special_tokens=not keep_special))
             results.append(
                 Completion(
                     text=text,

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import torch
 
-from ludus.core.tools import parse_tool_calls
+from ludus.core.tools import ToolCallFormat, tool_call_format
 from ludus.core.types import Message, ToolCall, ToolSpec
 from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams, Tools
 
@@ -94,7 +94,7 @@ def _token_ids(choice: dict[str, Any], logprob_items: list[dict[str, Any]]) -> l
     return [int(m.group(1)) for m in matches] if matches and all(matches) else []
 
 
-def _parse_completion(body: Any) -> Completion:
+def _parse_completion(body: Any, form: ToolCallFormat) -> Completion:
     choice = body["choices"][0]
     message = choice["message"]
     content = message.get("content") or ""
@@ -102,7 +102,7 @@ def _parse_completion(body: Any) -> Completion:
         raise _Malformed(f"message content is not a string: {content!r:.200}")
     calls = [_tool_call_from_wire(c, i) for i, c in enumerate(message.get("tool_calls") or [])]
     if not calls:  # a server without a tool parser returns the calls as text, as local models write them
-        content, calls = parse_tool_calls(content)
+        content, calls = form.parse(content)
     items = (choice.get("logprobs") or {}).get("content") or []
     finish = choice.get("finish_reason") or "stop"
     return Completion(
@@ -115,9 +115,9 @@ def _parse_completion(body: Any) -> Completion:
     )
 
 
-def _completion(body: Any) -> Completion:
+def _completion(body: Any, form: ToolCallFormat) -> Completion:
     try:
-        return _parse_completion(body)
+        return _parse_completion(body, form)
     except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
         raise _Malformed(f"not a chat completion ({type(exc).__name__}: {exc}): {json.dumps(body)[:200]}") from exc
 
@@ -169,6 +169,7 @@ class OpenAIPolicy(Policy):
     from this policy in one event loop (across concurrent ``agenerate`` calls). Each attempt has
     ``timeout_s`` in all; a failing server is retried ``max_retries`` times, waiting
     ``backoff_s``, then twice that, and so on, before :class:`PolicyError` is raised.
+    ``tool_format`` reads tool calls a server without a tool parser returns as text.
     """
 
     def __init__(
@@ -181,6 +182,7 @@ class OpenAIPolicy(Policy):
         max_retries: int = 3,
         backoff_s: float = 0.5,
         concurrency: int = 16,
+        tool_format: str = "hermes",
     ):
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -192,6 +194,7 @@ class OpenAIPolicy(Policy):
         self.base_url = base_url.rstrip("/")
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.concurrency = concurrency
+        self.tool_format = tool_call_format(tool_format)  # for calls a server returns as text
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.send_token_id_fields = True  # cleared for good once the server refuses them
         self._connections: dict[asyncio.AbstractEventLoop, _Connection] = {}
@@ -294,7 +297,9 @@ class OpenAIPolicy(Policy):
         if seed is not None:
             body["seed"] = seed
         async with connection.limit:
-            return await self._call(connection.client, "POST", "/chat/completions", body, _completion)
+            return await self._call(
+                connection.client, "POST", "/chat/completions", body, lambda b: _completion(b, self.tool_format)
+            )
 
     def _connection(self) -> _Connection:
         loop = asyncio.get_running_loop()

@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,8 @@ class RolloutConfig:
     ``env_concurrency``: environment calls running at once (threads). ``generate_calls``:
     generate calls in flight (1 for a local model; more for an HTTP server that batches itself).
     Time limits are per environment call and per episode, in seconds (``None``: none).
+    ``max_episode_tokens`` caps the completion tokens of an episode's turns together: an
+    episode that reaches it unfinished ends as ``truncated``.
     ``lockstep``: generate only when every episode in flight waits for the model, for all of
     them in request order (in calls of ``max_batch``) — no overlap, but the batches, and so a
     seeded generator's draws, do not depend on timing: the trainer's reproducible mode."""
@@ -80,11 +82,14 @@ class RolloutConfig:
     episode_timeout_s: float | None = None
     infra_retries: int = 2
     lockstep: bool = False
+    max_episode_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_episodes", "env_concurrency", "generate_calls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
+            raise ValueError(f"RolloutConfig.max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
         if self.infra_retries < 0:
             raise ValueError(f"RolloutConfig.infra_retries must be >= 0, got {self.infra_retries}")
 
@@ -217,10 +222,11 @@ class RolloutEngine:
         return [done[r.key] for r in episodes if r.key in done]
 
     async def stream(
-        self, episodes: Iterable[EpisodeRequest], sink: JsonlSink | None = None
+        self, episodes: Iterable[EpisodeRequest] | AsyncIterable[EpisodeRequest], sink: JsonlSink | None = None
     ) -> AsyncIterator[Trajectory]:
         """Trajectories in the order they finish. Requests are drawn lazily from ``episodes``
-        (at most ``max_episodes`` in flight), so the iterable may be endless."""
+        (at most ``max_episodes`` in flight), so the iterable may be endless; an async iterable
+        may also pace them (the trainer's staleness bound admits a group only when it may)."""
         skip = sink.done_keys() if sink is not None else set()
         generation = _Generation(self.policy, self.sampling, self.config, self.generator)
         host = self.host or ThreadHost(self.config.env_concurrency)
@@ -241,7 +247,9 @@ class RolloutEngine:
 
         async def admit() -> None:
             try:
-                for order, request in enumerate(_keyed(episodes)):
+                order = -1
+                async for request in _akeyed(episodes):
+                    order += 1
                     if request.key in skip:
                         continue
                     await admitted.acquire()
@@ -346,8 +354,13 @@ class RolloutEngine:
                 )
                 # the conversation as Env.step leaves it: the action, then what the environment added
                 trajectory.messages = [*trajectory.messages, action, *result.observation.messages]
+                _add_step_info(trajectory.info, result.info)
                 if result.done:
                     trajectory.score = result.score
+                    return
+                limit = self.config.max_episode_tokens
+                if limit is not None and sum(len(t.completion_ids) for t in trajectory.turns) >= limit:
+                    trajectory.score = Score.zero(Status.TRUNCATED, f"the episode used its {limit} completion tokens")
                     return
                 if self.stop_when is not None and (verdict := self.stop_when(trajectory, result)) is not None:
                     trajectory.score = verdict
@@ -376,16 +389,54 @@ class RolloutEngine:
             raise _InfraFailure(f"environment {what} raised {type(exc).__name__}: {exc}"[:1000]) from None
 
 
+def _add_step_info(info: dict[str, Any], step: dict[str, Any]) -> None:
+    """Keep what the environment reported at each step in ``info["env"]``: numbers (counters
+    such as ``tool_calls``) summed over the episode, anything else as last reported."""
+    if not step:
+        return
+    total = info.setdefault("env", {})
+    for key, value in step.items():
+        old = total.get(key)
+        if _is_number(value) and (old is None or _is_number(old)):
+            total[key] = (old or 0) + value
+        else:
+            total[key] = value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _keyed(episodes: Iterable[EpisodeRequest]) -> Iterator[EpisodeRequest]:
     """Requests with a key each (the index where none was given); keys must be unique."""
-    seen: set[str] = set()
-    for i, request in enumerate(episodes):
+    check = _KeyCheck()
+    for request in episodes:
+        yield check(request)
+
+
+async def _akeyed(episodes: Iterable[EpisodeRequest] | AsyncIterable[EpisodeRequest]) -> AsyncIterator[EpisodeRequest]:
+    """:func:`_keyed` for a plain or an async iterable."""
+    if not isinstance(episodes, AsyncIterable):
+        for request in _keyed(episodes):
+            yield request
+        return
+    check = _KeyCheck()
+    async for request in episodes:
+        yield check(request)
+
+
+class _KeyCheck:
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, request: EpisodeRequest) -> EpisodeRequest:
+        i = len(self.seen)
         if not request.key:
             request = EpisodeRequest(request.task, request.seed, key=str(i), group=request.group or str(i))
-        if request.key in seen:
+        if request.key in self.seen:
             raise ValueError(f"two episode requests share the key {request.key!r}; keys must be unique")
-        seen.add(request.key)
-        yield request
+        self.seen.add(request.key)
+        return request
 
 
 class JsonlSink:

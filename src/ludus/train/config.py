@@ -36,10 +36,15 @@ class TrainConfig:
     # environment and tasks
     env: str = "arithmetic"
     env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+", "digit_credit": 0.5})
+    env_threads: int = 32  # environment calls at once (slow ones: sandboxes, servers); quick procedural ones need none
     # model: "tiny" (the embedded model, warm-started into a cached base), a folder saved by ludus (tiny or
     # transformers, e.g. a run's final/) or "hf:PATH" (a local transformers checkpoint; see docs/models.md).
     # The RL defaults below are tuned for tiny: a pretrained model wants a far smaller lr (around 1e-6).
     model: str = "tiny"
+    # options for loading a transformers model (model: hf:PATH or a saved transformers folder), e.g.
+    # {device: cuda, dtype: bfloat16, tool_format: hermes}; default CPU float32 (bfloat16 halves memory
+    # but trains less exactly); tool_format: how the model writes tool calls (hermes, mistral, llama3_json)
+    model_args: dict[str, Any] = field(default_factory=dict)
     # tiny and warmstart_* apply to model: tiny only
     tiny: dict[str, Any] = field(default_factory=dict)  # TinyConfig overrides: d_model, n_layers, n_heads, max_len
     warmstart_steps: int = 180  # supervised steps that make the cached base model; 0 = start from random weights
@@ -67,6 +72,11 @@ class TrainConfig:
     scale_rewards: Literal["group", "batch", "none"] = "group"
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     max_grad_norm: float = 1.0
+    # asynchronous training: 0 = lockstep (sample, then learn; reproducible). k >= 1: a sampler thread
+    # samples ahead with a copy of the weights, samples are at most k updates old, and the loss
+    # reweights them by min(π_proximal / π_behaviour, importance_cap) (docs/rollout.md)
+    max_staleness: int = 0
+    importance_cap: float = 2.0
     # evaluation and logging
     eval_every: int = 25
     eval_size: int = 200
@@ -84,6 +94,7 @@ class TrainConfig:
             "minibatches",
             "keep_checkpoints",
             "warmstart_batch",
+            "env_threads",
         ]
         for name in positive:
             if getattr(self, name) < 1:
@@ -101,12 +112,15 @@ class TrainConfig:
             "weight_decay",
             "time_limit_min",
             "temperature",
+            "max_staleness",
         ]:
             if getattr(self, name) < 0:
                 raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(self, name)}")
         for name in ["lr", "warmstart_lr", "max_grad_norm"]:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0, got {getattr(self, name)}")
+        if not self.importance_cap >= 1:
+            raise ConfigError(f"config field 'importance_cap' must be >= 1, got {self.importance_cap}")
         if not 0 < self.lr_decay_frac <= 1:
             raise ConfigError(f"config field 'lr_decay_frac' must be in (0, 1], got {self.lr_decay_frac}")
         if not 0 < self.top_p <= 1:
@@ -128,7 +142,14 @@ class TrainConfig:
 
     def _validate_model(self) -> None:
         """Catch a model that cannot be trained before a run folder is made for it."""
+        unknown = set(self.model_args) - {"device", "dtype", "tool_format"}
+        if unknown:
+            raise ConfigError(
+                f"config field 'model_args' takes device, dtype and tool_format only, got {sorted(unknown)}"
+            )
         if self.model == "tiny":
+            if self.model_args:
+                raise ConfigError("config field 'model_args' applies to transformers models; for tiny use 'tiny'")
             return
         if self.model.startswith(("http://", "https://")):
             raise ConfigError(

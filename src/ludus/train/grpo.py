@@ -15,6 +15,15 @@ Per-token loss, with ratio ``ρ = exp(logp - logp_old)``::
     loss = pg + β·kl - c·H                                  # H: entropy of the token distribution
                                                             # (an exploration bonus, as in PPO; c = entropy_coef)
 
+Stale samples (asynchronous training: sampled by weights some updates old) use the decoupled
+objective (Hilton et al., 2021, "Batch size-invariance for policy optimization"; AReaL, Fu et al.,
+2025): the ratio is taken against the *proximal* policy — the weights at the start of this update —
+so the clip bounds the step from where the learner is, and each token is reweighted by the
+truncated importance weight ``w = min(π_prox / π_behaviour, C)`` (``C = importance_cap``), which
+corrects for the behaviour policy having sampled it::
+
+    pg   = -w · min(ρ·A, clip(ρ, 1 - ε_low, 1 + ε_high)·A),   ρ = exp(logp - logp_prox)
+
 Aggregation over tokens (``loss_agg``):
 
 * ``"token-mean"`` — mean over every token of the batch (DAPO): long answers weigh more.
@@ -69,6 +78,8 @@ class LossStats:
     kl: float
     clip_fraction: float
     ratio_mean: float
+    importance_mean: float = 1.0  # mean truncated importance weight (1 for on-policy samples)
+    importance_capped: float = 0.0  # fraction of tokens whose weight hit the cap
 
 
 def policy_loss(
@@ -84,8 +95,15 @@ def policy_loss(
     loss_agg: LossAgg = "token-mean",
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    behaviour_logp: torch.Tensor | None = None,
+    importance_cap: float = 2.0,
 ) -> tuple[torch.Tensor, LossStats]:
     """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``.
+
+    ``old_logp`` are the log-probs the ratio is taken against. For on-policy samples these are
+    the behaviour log-probs and ``behaviour_logp`` is ``None``; for stale samples they are the
+    proximal log-probs and ``behaviour_logp`` the sampler's, which adds the truncated
+    importance weight (see the module docstring).
 
     ``entropy`` (``[B, T]``, differentiable) with ``entropy_coef > 0`` adds the bonus ``-c·H``:
     without it a policy that is confidently wrong on some prompts samples the same answer G
@@ -98,6 +116,12 @@ def policy_loss(
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
+    weight = torch.ones_like(logp)
+    if behaviour_logp is not None:
+        if not importance_cap >= 1.0:
+            raise ValueError(f"importance_cap must be >= 1, got {importance_cap}")
+        weight = torch.exp(old_logp - behaviour_logp).detach().clamp(max=importance_cap)
+        per_token = weight * per_token
     pg_per_token = per_token
     kl_per_token = torch.zeros_like(logp)
     if beta > 0:
@@ -128,5 +152,9 @@ def policy_loss(
             kl=float((kl_per_token * mask).sum() / n),
             clip_fraction=float((was_clipped * mask).sum() / n),
             ratio_mean=float((ratio * mask).sum() / n),
+            importance_mean=float((weight * mask).sum() / n),
+            importance_capped=float(((weight >= importance_cap) * mask).sum() / n)
+            if behaviour_logp is not None
+            else 0.0,
         )
     return loss, stats

@@ -5,6 +5,12 @@ One RL step::
     tasks (prompts_per_step) ─▶ G rollouts each ─▶ rewards ─▶ group advantages
         ─▶ ppo_epochs × minibatches of clipped-ratio updates ─▶ metrics line
 
+By default (``max_staleness: 0``) a step samples with the current weights, then learns, in
+lockstep: seeded runs are reproducible and resume exactly. With ``max_staleness: k`` a sampler
+thread samples the next steps' groups with a copy of the weights while the learner updates
+(train/sampler.py): samples are up to ``k`` updates old, the loss applies importance weights,
+and timing decides which groups a step gets, so runs are not bit-reproducible.
+
 Run folder ``<runs_dir>/<name>/``: ``config.yaml``, ``metrics.jsonl`` (schema in
 docs/metrics.md), ``samples.jsonl`` (a few trajectories per step), ``checkpoints/step_NNNNNN/``
 and ``reward.png``. A checkpoint holds weights, optimizer state and every RNG state, so a
@@ -44,10 +50,10 @@ from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine
 from ludus.rollout.hosts import EnvHost, ThreadHost
 from ludus.train.config import ConfigError, TrainConfig, load_config
 from ludus.train.grpo import group_advantages, policy_loss
+from ludus.train.sampler import AheadSampler, train_task
 from ludus.train.supervised import base_model_recipe, make_base_model
 
 CHECKPOINT_PREFIX = "step_"
-ENV_THREADS = 32  # environment calls at once during rollouts (quick procedural ones need none)
 
 
 @dataclass
@@ -56,7 +62,7 @@ class Sample:
 
     prompt_ids: list[int]
     completion_ids: list[int]
-    old_logprobs: list[float]
+    old_logprobs: list[float]  # the behaviour policy's, recorded when it sampled the turn
     advantage: float
 
 
@@ -132,7 +138,7 @@ def load_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> Tr
     """The policy to train: the embedded tiny model (warm-started into a cached base model), or a
     saved folder / ``hf:PATH`` checkpoint read through :func:`ludus.policies.load_policy`."""
     if config.model != "tiny":
-        return _load_trainable(config.model)
+        return _load_trainable(config.model, config.model_args)
     try:
         TinyConfig(**config.tiny)
     except TypeError as exc:
@@ -153,14 +159,16 @@ def load_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> Tr
     return policy
 
 
-def _load_trainable(spec: str) -> TrainablePolicy:
+def _load_trainable(spec: str, options: dict[str, Any]) -> TrainablePolicy:
     try:
-        policy = policies.load_policy(spec)
+        policy = policies.load_policy(spec, **options)
     except (ValueError, OSError, ImportError) as exc:
         raise ConfigError(f"config field 'model' ({spec!r}): {exc}") from exc
     if not isinstance(policy, TrainablePolicy):  # e.g. a model server, which holds no weights here
         policy.close()
         raise ConfigError(f"config field 'model' ({spec!r}) loads a {type(policy).__name__}, which cannot be trained")
+    if options and isinstance(policy, TinyPolicy):
+        raise ConfigError(f"config field 'model_args' applies to transformers models; {spec!r} is a tiny model")
     return policy
 
 
@@ -257,13 +265,16 @@ class Trainer:
             },
             tmp / "trainer.pt",
         )
-        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed_s": elapsed_s}))
+        state: dict[str, Any] = {"step": step, "elapsed_s": elapsed_s}
+        if self.sampler is not None:  # the task stream resumes where the sampler was
+            state["next_group"], state["unconsumed_groups"] = self.sampler.position()
+        (tmp / "state.json").write_text(json.dumps(state))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)  # a checkpoint exists whole or not at all
         for old in self._checkpoints()[: -self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
 
-    def _load_checkpoint(self, path: Path) -> tuple[int, float]:
+    def _load_checkpoint(self, path: Path) -> dict[str, Any]:
         state = json.loads((path / "state.json").read_text())
         saved = type(self.policy).load(path / "policy")
         self.policy.module.load_state_dict(saved.module.state_dict())
@@ -275,7 +286,7 @@ class Trainer:
         np.random.set_state(blob["numpy_rng"])
         if self.reference is not None and blob["reference"] is not None:
             self.reference.load_state_dict(blob["reference"])
-        return int(state["step"]), float(state["elapsed_s"])
+        return state
 
     @staticmethod
     def _truncate_jsonl(path: Path, step: int) -> None:
@@ -289,10 +300,13 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------
     def run(self, on_metrics: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-        self.host = ThreadHost(ENV_THREADS)  # environment threads for the whole run, not per step
+        self.host = ThreadHost(self.config.env_threads)  # environment threads for the whole run, not per step
+        self.sampler: AheadSampler | None = None
         try:
             return self._run(on_metrics)
         finally:
+            if self.sampler is not None:
+                self.sampler.close()
             self.host.shutdown()
 
     def _run(self, on_metrics: Callable[[dict[str, Any]], None] | None) -> RunResult:
@@ -319,12 +333,14 @@ class Trainer:
             for i in range(c.eval_size if eval_source.size is None else min(c.eval_size, eval_source.size))
         ]
 
-        step, elapsed = 0, 0.0
+        step, elapsed, state = 0, 0.0, {}
         metrics_path, samples_path = self.run_dir / "metrics.jsonl", self.run_dir / "samples.jsonl"
         checkpoints = self._checkpoints() if self.resume else []
         if checkpoints:
-            step, elapsed = self._load_checkpoint(checkpoints[-1])
+            state = self._load_checkpoint(checkpoints[-1])
+            step, elapsed = int(state["step"]), float(state["elapsed_s"])
             self.log(f"resuming {self.run_dir} from step {step}")
+        self.policy.version = step
         if self.resume:
             self._truncate_jsonl(metrics_path, step)
             self._truncate_jsonl(samples_path, step)
@@ -351,13 +367,34 @@ class Trainer:
 
         if not curve or curve[-1][0] != step:
             run_eval()
+        if c.max_staleness > 0:
+            self.sampler = AheadSampler(
+                self.policy,
+                self.env_factory,
+                train_tasks,
+                self._sampling(),
+                groups_per_step=c.prompts_per_step,
+                group_size=c.group_size,
+                max_staleness=c.max_staleness,
+                host=self.host,
+                first_step=step,
+                first_group=int(state.get("next_group", step * c.prompts_per_step)),
+                replay=state.get("unconsumed_groups", []),
+                seed=c.seed + step,
+            )
+            self.sampler.start()
         interrupted = False
         with self.stop.installed():
             while step < c.steps and not (c.time_limit_min and elapsed >= c.time_limit_min * 60):
                 t0 = time.perf_counter()
-                record, trajs = self._rl_step(step, elapsed, train_tasks)
+                groups = self._lockstep_groups(step, train_tasks) if self.sampler is None else self.sampler.take(step)
+                t_sampled = time.perf_counter()
+                record, trajs = self._rl_step(step, elapsed, groups)
                 step += 1
                 self.policy.version = step
+                if self.sampler is not None:
+                    self.sampler.advance(self.policy)
+                    record["sampler_wait_s"] = round(t_sampled - t0, 4)
                 dt = time.perf_counter() - t0
                 elapsed += dt
                 tokens = record.pop("_tokens")
@@ -388,17 +425,27 @@ class Trainer:
         plot_run(self.run_dir)
         return RunResult(self.run_dir, step, elapsed, curve, interrupted)
 
-    def _rl_step(self, step: int, elapsed_s: float, train_tasks: Any) -> tuple[dict[str, Any], list[Trajectory]]:
+    def _sampling(self) -> SamplingParams:
+        c = self.config
+        return SamplingParams(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
+
+    def _lockstep_groups(self, step: int, train_tasks: Any) -> list[list[Trajectory]]:
+        """This step's groups, sampled now with the current weights."""
         c = self.config
         self.policy.module.eval()
         base = step * c.prompts_per_step
-        tasks = [train_tasks.get(base + j) for j in range(c.prompts_per_step)]
+        tasks = [train_task(train_tasks, base + j) for j in range(c.prompts_per_step)]
         group_tasks = [t for t in tasks for _ in range(c.group_size)]
         seeds = [base * c.group_size + k for k in range(len(group_tasks))]
-        sampling = SamplingParams(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
-        trajs = rollout(self.policy, self.env_factory, group_tasks, sampling, self.host, seeds, self.generator)
+        trajs = rollout(self.policy, self.env_factory, group_tasks, self._sampling(), self.host, seeds, self.generator)
+        return [trajs[i : i + c.group_size] for i in range(0, len(trajs), c.group_size)]
 
-        rewards = torch.tensor([t.reward for t in trajs]).view(c.prompts_per_step, c.group_size)
+    def _rl_step(
+        self, step: int, elapsed_s: float, groups: list[list[Trajectory]]
+    ) -> tuple[dict[str, Any], list[Trajectory]]:
+        c = self.config
+        trajs = [t for group in groups for t in group]
+        rewards = torch.tensor([t.reward for t in trajs]).view(len(groups), c.group_size)
         valid = torch.tensor([not (t.score and t.score.is_infra_error) for t in trajs]).view_as(rewards)
         adv = group_advantages(rewards, valid, c.scale_rewards).flatten()
         samples = [
@@ -415,6 +462,7 @@ class Trainer:
         r = rewards[valid]
         grouped_std = torch.where(valid, rewards, torch.nan).nan_to_num(0).std(1)
         lengths = [len(turn.completion_ids) for t in trajs for turn in t.turns]
+        staleness = [step - t.policy_version for t in trajs]
         return {
             "reward/mean": round(float(r.mean()) if r.numel() else 0.0, 4),
             "reward/std": round(float(r.std()) if r.numel() > 1 else 0.0, 4),
@@ -426,22 +474,42 @@ class Trainer:
             "completion_len/mean": round(sum(lengths) / len(lengths), 3),
             "completion_len/max": max(lengths),
             "lr": lr,
+            "staleness/mean": round(sum(staleness) / len(staleness), 4),
+            "staleness/max": max(staleness),
             **stats,
             "_tokens": sum(lengths),
         }, trajs
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
+        """``ppo_epochs`` passes of ``minibatches`` clipped-ratio updates. Sampling ahead
+        (``max_staleness`` > 0), the ratio is taken against the *proximal* log-probs — these
+        weights, before this step's first update — and the behaviour log-probs only enter the
+        truncated importance weight (the decoupled objective in grpo.py)."""
         c = self.config
         totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        totals |= {"importance/mean": 0.0, "importance/capped": 0.0} if c.max_staleness else {}
         if not samples:
             return {k: 0.0 for k in totals} | {"trained_samples": 0}
         self.policy.module.train()
+        size = math.ceil(len(samples) / c.minibatches)
+        # proximal log-probs: with one minibatch, the first pass's own forward gives them (no
+        # update has happened yet); with several, one extra forward pass before the first update
+        proximal: list[torch.Tensor | None] = [None] * len(samples)
+        if c.max_staleness and c.minibatches > 1:
+            with torch.no_grad():
+                for lo in range(0, len(samples), size):
+                    chunk = samples[lo : lo + size]
+                    logp, _ = self.policy.token_logprobs(
+                        [s.prompt_ids for s in chunk], [s.completion_ids for s in chunk], c.temperature
+                    )
+                    for row, s in enumerate(chunk):
+                        proximal[lo + row] = logp[row, : len(s.completion_ids)]
         n_updates = 0
         for _ in range(c.ppo_epochs):
             order = torch.randperm(len(samples), generator=self.generator).tolist()
-            size = math.ceil(len(samples) / c.minibatches)
             for lo in range(0, len(samples), size):
-                batch = [samples[i] for i in order[lo : lo + size]]
+                indices = order[lo : lo + size]
+                batch = [samples[i] for i in indices]
                 prompt_ids = [s.prompt_ids for s in batch]
                 completion_ids = [s.completion_ids for s in batch]
                 logp, entropy = self.policy.token_logprobs(prompt_ids, completion_ids, c.temperature)
@@ -450,6 +518,13 @@ class Trainer:
                 for i, s in enumerate(batch):
                     mask[i, : len(s.completion_ids)] = True
                     old[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs)
+                behaviour = None
+                if c.max_staleness:
+                    behaviour, old = old, torch.zeros_like(logp)
+                    for row, (i, s) in enumerate(zip(indices, batch, strict=True)):
+                        if proximal[i] is None:
+                            proximal[i] = logp[row, : len(s.completion_ids)].detach()
+                        old[row, : len(s.completion_ids)] = proximal[i]
                 ref = None
                 if self.reference is not None:
                     with torch.no_grad():
@@ -469,6 +544,8 @@ class Trainer:
                     loss_agg=c.loss_agg,
                     entropy=entropy,
                     entropy_coef=c.entropy_coef,
+                    behaviour_logp=behaviour,
+                    importance_cap=c.importance_cap,
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -480,6 +557,9 @@ class Trainer:
                 totals["clip_frac"] += st.clip_fraction
                 totals["grad_norm"] += float(grad_norm)
                 totals["entropy"] += float((entropy.detach() * mask).sum() / mask.sum())
+                if c.max_staleness:
+                    totals["importance/mean"] += st.importance_mean
+                    totals["importance/capped"] += st.importance_capped
         return {k: round(v / n_updates, 5) for k, v in totals.items()} | {"trained_samples": len(samples)}
 
 

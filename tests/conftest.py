@@ -1,0 +1,32 @@
+"""Fixtures shared by the test modules."""
+
+import pytest
+
+from ludus.train.config import TrainConfig, load_config
+
+# A training run of seconds: a one-layer tiny model on 1-digit addition, on one thread.
+SMALL_TRAINING = {
+    "env_args": {"digits": 1, "ops": "+"},
+    "tiny": {"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 24},
+    "warmstart_steps": 5,
+    "prompts_per_step": 4,
+    "group_size": 4,
+    "max_tokens": 3,
+    "eval_size": 16,
+    "eval_every": 2,
+    "checkpoint_every": 2,
+    "time_limit_min": 0,
+    "threads": 1,
+}
+
+
+@pytest.fixture
+def small_config(tmp_path, monkeypatch):
+    """``small_config(**overrides)``: that configuration, writing its runs under ``tmp_path``
+    and its base models to a cache of its own."""
+    monkeypatch.setenv("LUDUS_CACHE", str(tmp_path / "cache"))
+
+    def make(**overrides) -> TrainConfig:
+        return load_config(overrides={**SMALL_TRAINING, "runs_dir": str(tmp_path / "runs"), **overrides})
+
+    return make
