@@ -175,6 +175,7 @@ def test_the_oracle_plays_multi_turn_reference_actions_and_nothing_scores_zero(t
     oracle = OraclePolicy(Vault, requests(tasks, 2))
     summary = evaluate(oracle, Vault, tasks, tmp_path / "oracle", samples=2)
     assert summary.accuracy == 1.0 and summary.statuses == {"correct": 6}
+    assert summary.env_counts == {"tool_cache_hits": 0, "tool_calls": 6, "tool_errors": 0}  # one call per episode
     floor = evaluate(NothingPolicy(), Vault, tasks, tmp_path / "nothing", samples=2)
     assert floor.mean_reward == 0.0 and floor.statuses == {"wrong": 6}
 

@@ -245,6 +245,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table.add_row(f"best-of-{args.samples}", f"{summary.best_of_n:.4f}")
     table.add_row("infra errors (not counted)", str(summary.infra_errors))
     table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))
+    if summary.env_counts:
+        table.add_row("environment counts", ", ".join(f"{k} {v:g}" for k, v in summary.env_counts.items()))
     Console().print(table)
     if summary.categories:
         by_category = Table("category", *next(iter(summary.categories.values())).keys(), title="by category")

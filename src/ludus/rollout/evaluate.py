@@ -56,6 +56,8 @@ class Summary:
     infra_errors: int
     statuses: dict[str, int]
     categories: dict[str, dict[str, float]] = field(default_factory=dict)
+    # what environments counted over every sample (tool_calls, tool_errors, tool_cache_hits, …): totals
+    env_counts: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -115,7 +117,18 @@ def summarize(trajectories: Sequence[Trajectory], ks: Sequence[int] = (1,)) -> S
         infra_errors=statuses.get(Status.INFRA_ERROR, 0),
         statuses=dict(statuses),
         categories=categories,
+        env_counts=env_counts(trajectories),
     )
+
+
+def env_counts(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The numbers environments reported (the engine's ``info["env"]``), summed over trajectories."""
+    totals: Counter[str] = Counter()
+    for t in trajectories:
+        for key, value in (t.info.get("env") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                totals[key] += value
+    return dict(sorted(totals.items()))
 
 
 def _mean(values: Sequence[float]) -> float:

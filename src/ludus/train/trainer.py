@@ -47,6 +47,7 @@ from ludus.core.types import Status, Task, Trajectory
 from ludus.policies.base import SamplingParams, TrainablePolicy
 from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine
+from ludus.rollout.evaluate import env_counts
 from ludus.rollout.hosts import EnvHost, ThreadHost
 from ludus.train.config import ConfigError, TrainConfig, load_config
 from ludus.train.grpo import group_advantages, policy_loss
@@ -463,6 +464,7 @@ class Trainer:
         grouped_std = torch.where(valid, rewards, torch.nan).nan_to_num(0).std(1)
         lengths = [len(turn.completion_ids) for t in trajs for turn in t.turns]
         staleness = [step - t.policy_version for t in trajs]
+        counts = {f"env/{k}": round(v / len(trajs), 4) for k, v in env_counts(trajs).items()}  # per episode
         return {
             "reward/mean": round(float(r.mean()) if r.numel() else 0.0, 4),
             "reward/std": round(float(r.std()) if r.numel() > 1 else 0.0, 4),
@@ -476,6 +478,7 @@ class Trainer:
             "lr": lr,
             "staleness/mean": round(sum(staleness) / len(staleness), 4),
             "staleness/max": max(staleness),
+            **counts,
             **stats,
             "_tokens": sum(lengths),
         }, trajs
