@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ludus.core import Score, Status, Task, ToolCache, ToolCall, ToolEnv, tool
+from ludus.core import Score, Status, Task, Tool, ToolCache, ToolCall, ToolEnv, ToolError, tool
 from ludus.core.types import Message
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutEngine, requests
@@ -17,10 +17,10 @@ def test_concurrent_misses_on_one_key_run_the_tool_once():
     cache = ToolCache()
     runs = []
 
-    def slow() -> tuple[str, bool]:
+    def slow() -> tuple[str, bool, bool]:
         runs.append(1)
         time.sleep(0.05)
-        return "42", True
+        return "42", True, True
 
     results: list[tuple[str, bool, bool]] = []
     threads = [threading.Thread(target=lambda: results.append(cache.run("k", slow))) for _ in range(8)]
@@ -33,15 +33,30 @@ def test_concurrent_misses_on_one_key_run_the_tool_once():
     assert (cache.hits, cache.misses) == (7, 1)
 
 
-def test_failures_are_not_cached_and_the_oldest_entry_goes_first():
+def test_only_storable_outcomes_are_cached_and_the_oldest_entry_goes_first():
     cache = ToolCache(max_entries=2)
-    assert cache.run("bad", lambda: ("Error: timed out", False)) == ("Error: timed out", False, False)
-    assert cache.run("bad", lambda: ("ok now", True)) == ("ok now", True, False)
-    cache.run("b", lambda: ("B", True))
-    cache.run("bad", lambda: ("never run", True))  # a hit: "bad" is now the most recent
-    cache.run("c", lambda: ("C", True))  # evicts "b"
+    assert cache.run("bad", lambda: ("Error: timed out", False, False)) == ("Error: timed out", False, False)
+    assert cache.run("bad", lambda: ("ok now", True, True)) == ("ok now", True, False)
+    cache.run("b", lambda: ("B", True, True))
+    cache.run("bad", lambda: ("never run", True, True))  # a hit: "bad" is now the most recent
+    cache.run("c", lambda: ("Error: over the step budget", False, True))  # a deterministic error; evicts "b"
     assert len(cache) == 2
-    assert cache.run("b", lambda: ("B again", True)) == ("B again", True, False)
+    assert cache.run("c", lambda: ("never run", True, True)) == ("Error: over the step budget", False, True)
+    assert cache.run("b", lambda: ("B again", True, True)) == ("B again", True, False)
+
+
+def test_tool_errors_reach_the_model_verbatim_and_only_deterministic_ones_are_storable():
+    def flaky(x: int) -> str:
+        """Fail.
+
+        Args:
+            x: how.
+        """
+        raise ToolError("query timed out after 5 s", deterministic=x == 1)
+
+    assert Tool(flaky).outcome(ToolCall("flaky", {"x": 0})) == ("Error: query timed out after 5 s", False, False)
+    assert Tool(flaky).outcome(ToolCall("flaky", {"x": 1})) == ("Error: query timed out after 5 s", False, True)
+    assert Tool(flaky)(ToolCall("flaky", {"x": 1})) == ("Error: query timed out after 5 s", False)
 
 
 def test_keys_ignore_argument_order_and_separate_scopes_and_tools():

@@ -2,7 +2,7 @@
 
 from ludus.core.env import Env, EnvStateError, SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.registry import EnvLoadError, UnknownEnvError, make, register
-from ludus.core.tools import Tool, ToolCache, ToolSchemaError, tool, tool_spec, validate_arguments
+from ludus.core.tools import Tool, ToolCache, ToolError, ToolSchemaError, tool, tool_spec, validate_arguments
 from ludus.core.types import (
     Message,
     Observation,
@@ -33,6 +33,7 @@ __all__ = [
     "ToolCache",
     "ToolCall",
     "ToolEnv",
+    "ToolError",
     "ToolSchemaError",
     "ToolSpec",
     "Trajectory",

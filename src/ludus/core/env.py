@@ -289,4 +289,4 @@ class ToolEnv(SingleTurnEnv):
             self.trip_honeypot(f"called the tool {tool.name}")
         if scope is None or not tool.cacheable or self.tool_cache is None:
             return (*tool(call), False)
-        return self.tool_cache.run(ToolCache.key(f"{self.name}\0{scope}", call), lambda: tool(call))
+        return self.tool_cache.run(ToolCache.key(f"{self.name}\0{scope}", call), lambda: tool.outcome(call))

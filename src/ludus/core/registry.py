@@ -30,6 +30,7 @@ _BUILTINS: dict[str, str] = {
     "math": "ludus.envs.math:MathEnv",
     "code": "ludus.envs.code:CodeEnv",
     "code-tools": "ludus.envs.code:CodeToolEnv",
+    "sql": "ludus.envs.sql:SQLEnv",
 }
 
 _registered: dict[str, type[Env]] = {}

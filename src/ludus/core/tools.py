@@ -203,29 +203,49 @@ class Tool:
 
     def __call__(self, call: ToolCall) -> tuple[str, bool]:
         """Run the call; returns ``(text for the model, ok)``."""
+        text, ok, _ = self.outcome(call)
+        return text, ok
+
+    def outcome(self, call: ToolCall) -> tuple[str, bool, bool]:
+        """``(text for the model, ok, storable)``: whether a :class:`ToolCache` may keep it
+        (a success, or a :class:`ToolError` marked deterministic)."""
         problem = validate_arguments(self.spec, call.arguments)
         if problem:
-            return f"Error: {problem}", False
+            return f"Error: {problem}", False, False
         try:
             result = self.fn(**call.arguments)
+        except ToolError as exc:
+            return f"Error: {exc}", False, exc.deterministic
         except Exception as exc:  # the tool's own failure is information for the model
-            return f"Error: {self.name} failed: {type(exc).__name__}: {exc}", False
-        return result if isinstance(result, str) else repr(result), True
+            return f"Error: {self.name} failed: {type(exc).__name__}: {exc}", False, False
+        return result if isinstance(result, str) else repr(result), True, True
+
+
+class ToolError(Exception):
+    """Raised by a tool to answer the model ``Error: <message>`` (counted as a failed call).
+    ``deterministic=True`` says the same call on the same state always fails so — a query
+    past its step budget — and a :class:`ToolCache` may keep the error like a result; other
+    errors (a timeout on a busy machine) are never kept."""
+
+    def __init__(self, message: str, *, deterministic: bool = False):
+        super().__init__(message)
+        self.deterministic = deterministic
 
 
 class ToolCache:
     """Results of cacheable tool calls, shared by every environment instance given it.
 
     Thread-safe (environments run on many threads) and bounded (least recently used entries
-    go first). Only successful calls are kept: an error may be transient. Concurrent misses
-    on one key run the tool once; the others wait for its result (single flight)."""
+    go first). Only successes and deterministic tool errors (:class:`ToolError`) are kept: another error
+    may be transient. Concurrent misses on one key run the tool once; the others wait for its
+    result (single flight)."""
 
     def __init__(self, max_entries: int = 10_000):
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.max_entries = max_entries
         self.hits = self.misses = 0
-        self._data: OrderedDict[str, str] = OrderedDict()
+        self._data: OrderedDict[str, tuple[str, bool]] = OrderedDict()
         self._running: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -235,14 +255,15 @@ class ToolCache:
         blob = json.dumps([scope, call.name, call.arguments], sort_keys=True, ensure_ascii=False, default=repr)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def run(self, key: str, call: Callable[[], tuple[str, bool]]) -> tuple[str, bool, bool]:
-        """``call()``'s ``(text, ok)``, or a stored success; the third value says it was stored."""
+    def run(self, key: str, call: Callable[[], tuple[str, bool, bool]]) -> tuple[str, bool, bool]:
+        """``(text, ok)`` of ``call()`` (which adds whether it may be stored, see
+        :meth:`Tool.outcome`) or of the stored outcome; the third value says it was stored."""
         while True:
             with self._lock:
                 if key in self._data:
                     self._data.move_to_end(key)
                     self.hits += 1
-                    return self._data[key], True, True
+                    return (*self._data[key], True)
                 running = self._running.get(key)
                 if running is None:
                     self._running[key] = done = threading.Event()
@@ -250,10 +271,10 @@ class ToolCache:
                     break
             running.wait()  # another thread runs this very call; then look again
         try:
-            text, ok = call()
-            if ok:
+            text, ok, storable = call()
+            if storable:
                 with self._lock:
-                    self._data[key] = text
+                    self._data[key] = (text, ok)
                     if len(self._data) > self.max_entries:
                         self._data.popitem(last=False)
             return text, ok, False
