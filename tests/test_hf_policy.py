@@ -10,14 +10,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the Hub
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import (  # noqa: E402
     AutoTokenizer,
     GPT2Config,
     GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
 )
 
 from ludus.core.types import Message, ToolCall, ToolSpec  # noqa: E402
@@ -26,31 +22,8 @@ from ludus.policies.base import SamplingParams  # noqa: E402
 from ludus.policies.hf import HFPolicy  # noqa: E402
 from ludus.train.config import ConfigError, load_config  # noqa: E402
 from ludus.train.trainer import Trainer  # noqa: E402
+from support import BARE_TEMPLATE, CALL, build_hf_checkpoint  # noqa: E402
 
-CALL = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
-CORPUS = [
-    "What is 12 + 30? The answer is 42.",
-    "Reply with the final answer only. 6+3=9",
-    CALL,
-    "The quick brown fox jumps over the lazy dog.",
-]
-# Renders tools (their JSON) and assistant tool calls (as <tool_call> blocks), like real templates.
-TEMPLATE = (
-    "{{ bos_token }}"
-    "{% if tools %}<|tools|>{% for t in tools %}{{ t.function | tojson }}{% endfor %}{{ '\\n' }}{% endif %}"
-    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}"
-    "<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>"
-    "{% endfor %}"
-    "{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}{{ '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-# Knows neither tools nor tool calls, like many base models' templates.
-BARE_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
-    "{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}{{ '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 ADD = ToolSpec("add", "Add two integers.", {"type": "object", "properties": {"a": {"type": "integer"}}})
 CONVS = [
     [Message("user", "hi")],
@@ -59,42 +32,9 @@ CONVS = [
 ]
 
 
-def _build_checkpoint(folder: Path) -> Path:
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(
-        CORPUS,
-        trainers.BpeTrainer(
-            vocab_size=320,
-            special_tokens=["<pad>", "<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        ),
-    )
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    tokenizer.chat_template = TEMPLATE
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    return _build_checkpoint(tmp_path_factory.mktemp("hf") / "model")
+    return build_hf_checkpoint(tmp_path_factory.mktemp("hf") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -10,18 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -32,30 +28,10 @@ from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams,
 from ludus.policies.openai import OpenAIPolicy
 from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.serve.model_server import create_app
+from support import serving
 
 CONVS = [[Message("user", "1+2=")], [Message("user", "13+24=")], [Message("user", "123+456=")]]
 FAST = {"timeout_s": 5.0, "max_retries": 3, "backoff_s": 0.001}  # quick retries for failure tests
-
-
-@contextlib.contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` on a free port of 127.0.0.1 in a background thread; yields its ``/v1`` URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        for _ in range(2000):  # a bound on a broken start-up, not a speed check
-            if server.started or not thread.is_alive():
-                break
-            time.sleep(0.005)
-        assert server.started, "the test server did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
 
 
 def chat_body(content: str | None = "hi", **choice: Any) -> dict[str, Any]:

@@ -150,6 +150,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.model_name and not args.model.startswith(("http://", "https://")):
         raise ValueError("--model-name picks a model on an OpenAI-compatible server; it needs --model http(s)://...")
     options = {"model": args.model_name} if args.model_name else {}
+    options.update(_model_args(args.model_args))
     if args.tool_format:
         if args.model in ("tiny", "oracle", "nothing"):
             raise ValueError(f"--tool-format applies to transformers models and servers, not {args.model!r}")
@@ -390,6 +391,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if found.backend == "bwrap" else 1
 
 
+def _model_args(text: str | None) -> dict[str, Any]:
+    """``--model-args``: a JSON object of options for ``load_policy``."""
+    given = json.loads(text) if text else {}
+    if not isinstance(given, dict):
+        raise ValueError(f"--model-args must be a JSON object, got {text!r}")
+    return given
+
+
+MODEL_ARGS_HELP = (
+    "JSON options for loading the model: for tiny its shape (e.g. '{\"max_len\": 1024}'), for hf: device, "
+    "dtype, tool_format; for a server timeout_s, concurrency, tool_format"
+)
+
+
 def cmd_serve_model(args: argparse.Namespace) -> int:
     import socket
 
@@ -407,7 +422,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535 (0 picks a free one), got {args.port}")
-    policy = load_policy(args.model)
+    policy = load_policy(args.model, **_model_args(args.model_args))
     app = create_app(policy, args.name or args.model, max_batch=args.max_batch)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -495,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 picks a free one)")
     p.add_argument("--name", help="model name clients send and /v1/models lists (default: the SPEC)")
     p.add_argument("--max-batch", type=int, default=32, metavar="N", help="most conversations per generate call")
+    p.add_argument("--model-args", help=MODEL_ARGS_HELP)
     p.set_defaults(func=cmd_serve_model)
 
     p = sub.add_parser("doctor", help="report the sandbox isolation and other facilities of this machine")
@@ -509,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the environment's reference actions) or 'nothing' (empty replies)",
     )
     p.add_argument("--model-name", help="the model to ask an OpenAI-compatible server for (default: its only one)")
+    p.add_argument("--model-args", help=MODEL_ARGS_HELP)
     p.add_argument(
         "--tool-format",
         help="how the model writes tool calls in text: hermes (default), mistral or llama3_json "

@@ -19,10 +19,18 @@ SPEC_HELP = (
 
 def load_policy(spec: str, **options: Any) -> Policy:
     """A policy from ``spec`` (see ``SPEC_HELP``); ``options`` go to the backend's constructor."""
-    if spec == "tiny":
-        from ludus.policies.tiny import TinyPolicy  # noqa: PLC0415 - backends load on demand
+    if spec == "tiny":  # options: TinyConfig fields (d_model, n_layers, n_heads, max_len) and seed
+        from ludus.policies.tiny import TinyConfig, TinyPolicy  # noqa: PLC0415 - backends load on demand
 
-        return TinyPolicy(**options)
+        seed = options.pop("seed", 0)
+        try:
+            config = TinyConfig(**options)
+        except TypeError:
+            known = ", ".join(f for f in TinyConfig.__dataclass_fields__ if f != "vocab_size")
+            raise ValueError(
+                f"unknown option(s) {sorted(options)} for the tiny model; it takes {known} and seed"
+            ) from None
+        return TinyPolicy(config, seed=seed)
     if spec.startswith(("http://", "https://")):
         from ludus.policies.openai import OpenAIPolicy  # noqa: PLC0415
 
