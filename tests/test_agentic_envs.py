@@ -14,7 +14,7 @@ from ludus.policies.base import SamplingParams
 from ludus.policies.openai import OpenAIPolicy
 from ludus.rollout.evaluate import evaluate
 from ludus.serve.model_server import create_app
-from ludus.train.trainer import Trainer
+from ludus.train.trainer import Trainer, TrainingHalted
 from support import build_hf_checkpoint, serving
 
 AGENTIC = {"sql": {"difficulty": 1}}
@@ -76,3 +76,11 @@ def test_a_transformers_model_directly_and_behind_the_model_server(name, checkpo
         served = evaluate(client, factory, tasks, tmp_path / "served", samples=2, sampling=sampling)
         client.close()
     assert served.samples == 6 and served.infra_errors == 0, served.statuses
+
+
+def test_training_stops_with_the_reason_when_no_sample_can_be_graded(small_config):
+    """The tiny model's default context cannot hold an SQL prompt: every sample is an
+    infrastructure failure, and the run says why instead of training on nothing."""
+    config = small_config(name="too-small", env="sql", env_args=AGENTIC["sql"], warmstart_steps=0, steps=3)
+    with pytest.raises(TrainingHalted, match="every sample of step 1 failed.*exceeds the tiny model's context"):
+        Trainer.create(config, log=lambda _: None).run()

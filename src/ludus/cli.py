@@ -48,7 +48,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ludus.train.config import load_config
-    from ludus.train.trainer import Trainer
+    from ludus.train.trainer import Trainer, TrainingHalted
 
     if args.resume:
         if args.config or _overrides(args):
@@ -91,7 +91,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                     ),
                 )
 
-        result = trainer.run(on_metrics)
+        try:
+            result = trainer.run(on_metrics)
+        except TrainingHalted as exc:
+            console.print(f"[red]error:[/] {exc}\nstopped; the run folder {trainer.run_dir} keeps the steps done")
+            return 1
     first, last = result.eval_accuracy[0], result.eval_accuracy[-1]
     console.print(
         f"held-out accuracy {first[2]:.3f} → {last[2]:.3f} in {result.elapsed_s / 60:.1f} min "

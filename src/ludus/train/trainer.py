@@ -57,6 +57,10 @@ from ludus.train.supervised import base_model_recipe, make_base_model
 CHECKPOINT_PREFIX = "step_"
 
 
+class TrainingHalted(RuntimeError):
+    """A step could not measure the policy at all (every sample an infrastructure failure)."""
+
+
 @dataclass
 class Sample:
     """One policy turn with its advantage: the unit of the loss."""
@@ -446,6 +450,10 @@ class Trainer:
     ) -> tuple[dict[str, Any], list[Trajectory]]:
         c = self.config
         trajs = [t for group in groups for t in group]
+        if all(t.score is not None and t.score.is_infra_error for t in trajs):
+            # nothing measured the policy: a model that cannot take the prompts, a dead environment
+            # server. Going on would spend the run on steps that train nothing.
+            raise TrainingHalted(f"every sample of step {step + 1} failed: {trajs[0].score.reason}")  # type: ignore[union-attr]
         rewards = torch.tensor([t.reward for t in trajs]).view(len(groups), c.group_size)
         valid = torch.tensor([not (t.score and t.score.is_infra_error) for t in trajs]).view_as(rewards)
         adv = group_advantages(rewards, valid, c.scale_rewards).flatten()
