@@ -297,3 +297,12 @@ def test_an_interpreter_path_through_dotdot_still_starts_the_sandbox(tmp_path):
     done = subprocess.run([via_dotdot, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "42"
+
+
+def test_file_names_are_checked_before_the_execution_and_dotted_names_are_fine():
+    with Sandbox(workers=1) as box:
+        for bad in ("/etc/x", "../x", "a/../../x", "..", ""):
+            with pytest.raises(ValueError, match="inside the execution's working directory"):
+                box.run("pass", files={bad: "x"})
+        result = box.run("print(open('..foo').read(), open('d/..bar').read())", files={"..foo": "1", "d/..bar": "2"})
+    assert result.status == "ok" and result.stdout.strip() == "1 2"

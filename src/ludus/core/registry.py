@@ -30,6 +30,7 @@ _BUILTINS: dict[str, str] = {
     "math": "ludus.envs.math:MathEnv",
     "code": "ludus.envs.code:CodeEnv",
     "code-tools": "ludus.envs.code:CodeToolEnv",
+    "repo": "ludus.envs.repo:RepoEnv",
     "sql": "ludus.envs.sql:SQLEnv",
 }
 

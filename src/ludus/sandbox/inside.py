@@ -541,7 +541,7 @@ def _drop_capabilities() -> None:
 def _write_files(files: dict) -> None:
     for rel, content in files.items():
         path = os.path.normpath(rel)
-        if path.startswith(("/", "..")):
+        if path.startswith("/") or path == ".." or path.startswith("../"):
             raise ValueError(f"file path {rel!r} leaves the working directory")
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)

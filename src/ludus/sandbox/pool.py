@@ -345,6 +345,10 @@ class Sandbox:
             raise ValueError("trusted= is only for call= (ludus's own shipped functions), never for code or argv")
         if sum(x is not None for x in (code, argv, call)) != 1:
             raise ValueError("give exactly one of code=, argv= or call=")
+        for name in files or {}:  # the caller's mistake, said now, rather than a failed execution
+            path = os.path.normpath(name)
+            if not name or path in (".", "..") or path.startswith(("/", "../")):
+                raise ValueError(f"file path {name!r} must stay inside the execution's working directory")
         limits = limits or self.limits
         mode: Mode = "python" if code is not None else "argv" if argv is not None else "call"
         request: dict[str, Any] = {
