@@ -84,3 +84,26 @@ def test_training_stops_with_the_reason_when_no_sample_can_be_graded(small_confi
     config = small_config(name="too-small", env="sql", env_args=AGENTIC["sql"], warmstart_steps=0, steps=3)
     with pytest.raises(TrainingHalted, match="every sample of step 1 failed.*exceeds the tiny model's context"):
         Trainer.create(config, log=lambda _: None).run()
+
+
+@pytest.mark.parametrize("name", sorted(AGENTIC))
+def test_ludus_train_with_a_transformers_model(name, checkpoint, small_config):
+    config = small_config(
+        name=f"hf-{name}",
+        model=f"hf:{checkpoint}",
+        env=name,
+        env_args=AGENTIC[name],
+        steps=2,
+        prompts_per_step=2,
+        group_size=2,
+        max_tokens=24,
+        temperature=1.0,
+        lr=1e-4,
+        beta=0.01,  # random replies earn nothing: the KL and entropy terms still train every sample
+        eval_size=2,
+        eval_every=2,
+    )
+    result = Trainer.create(config, log=lambda _: None).run()
+    records = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "reward/mean" in r]
+    assert result.step == 2 and all(r["masked_infra_errors"] == 0 and r["trained_samples"] > 0 for r in train)
