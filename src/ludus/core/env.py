@@ -198,8 +198,8 @@ class ToolEnv(SingleTurnEnv):
 
     List the tools in :meth:`tool_functions` (type-hinted functions or bound methods, so
     tools can reach per-episode state); a message without tool calls is the final answer and
-    goes to :meth:`score`. Each step's ``info`` counts its ``tool_calls``, ``tool_errors``
-    and ``tool_cache_hits``.
+    goes to :meth:`score`. ``tool_functions()`` is read once per episode. Each step's ``info``
+    counts its ``tool_calls``, ``tool_errors`` and ``tool_cache_hits``.
 
     Caching: a tool marked ``@tool(cacheable=True)`` is run once per distinct call and state
     when the environment has a ``tool_cache`` (set it on the subclass to share one among all
@@ -219,6 +219,7 @@ class ToolEnv(SingleTurnEnv):
     max_tool_calls: int | None = None  # per episode; calls past it are refused with an error
     _honeypot: str | None = None
     _tool_calls_used = 0
+    _tools: dict[str, Tool] | None = None  # built once per episode: a schema per tool is not free
 
     def trip_honeypot(self, what: str) -> None:
         """Record that the model touched a honeypot (``what`` says which); the episode ends
@@ -228,7 +229,7 @@ class ToolEnv(SingleTurnEnv):
             logger.warning("honeypot touched in %s, task %s: %s", self.name, self.task and self.task.id, what)
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> Observation:
-        self._honeypot, self._tool_calls_used = None, 0
+        self._honeypot, self._tool_calls_used, self._tools = None, 0, None
         return super().reset(task, seed)
 
     def cache_scope(self) -> str | None:
@@ -244,7 +245,9 @@ class ToolEnv(SingleTurnEnv):
         return [t.spec for t in self._tool_map().values()]
 
     def _tool_map(self) -> dict[str, Tool]:
-        return {t.name: t for t in map(Tool, self.tool_functions())}
+        if self._tools is None:
+            self._tools = {t.name: t for t in map(Tool, self.tool_functions())}
+        return self._tools
 
     def transition(self, action: Message) -> StepResult:
         result = self._call_tools(action) if action.tool_calls else super().transition(action)

@@ -313,6 +313,9 @@ class ToolCallFormat:
     history of a model without a chat template)."""
 
     name: str = ""
+    # whether the markers are special tokens in recent tokenizers ([TOOL_CALLS], <|python_tag|>):
+    # a reply must then be decoded with special tokens kept for its calls to be seen
+    special_markers: bool = False
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
         raise NotImplementedError
@@ -354,6 +357,7 @@ class MistralFormat(ToolCallFormat):
     Mixtral instruct models); the text before the marker is the content."""
 
     name = "mistral"
+    special_markers = True
     marker = "[TOOL_CALLS]"
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
@@ -379,6 +383,7 @@ class Llama3JsonFormat(ToolCallFormat):
     like a call is plain content."""
 
     name = "llama3_json"
+    special_markers = True
     tag = "<|python_tag|>"
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:

@@ -303,8 +303,7 @@ class HFPolicy(TrainablePolicy):
         for prompt, row, lps in zip(prompts, all_ids, all_lp, strict=True):
             n = next((k + 1 for k, tok in enumerate(row) if tok in stops), len(row))
             stopped = row[n - 1] in stops
-            # formats other than hermes may mark calls with special tokens ([TOOL_CALLS], <|python_tag|>)
-            keep_special = self.tool_format.name != "hermes"
+            keep_special = self.tool_format.special_markers
             body = row[: n - 1] if stopped and keep_special else row[:n]
             text, calls = self.tool_format.parse(self.tokenizer.decode(body, skip_special_tokens=not keep_special))
             results.append(

@@ -397,13 +397,14 @@ def _add_step_info(info: dict[str, Any], step: dict[str, Any]) -> None:
     total = info.setdefault("env", {})
     for key, value in step.items():
         old = total.get(key)
-        if _is_number(value) and (old is None or _is_number(old)):
+        if is_number(value) and (old is None or is_number(old)):
             total[key] = (old or 0) + value
         else:
             total[key] = value
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A count or measure an environment reported (``bool`` is an ``int`` in Python, but not one)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ludus.core.env import Env
 from ludus.core.types import Status, Task, Trajectory
 from ludus.policies.base import Policy, SamplingParams
-from ludus.rollout.engine import JsonlSink, RolloutConfig, RolloutEngine, requests
+from ludus.rollout.engine import JsonlSink, RolloutConfig, RolloutEngine, is_number, requests
 from ludus.rollout.hosts import EnvHost
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -126,7 +126,7 @@ def env_counts(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     totals: Counter[str] = Counter()
     for t in trajectories:
         for key, value in (t.info.get("env") or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if is_number(value):
                 totals[key] += value
     return dict(sorted(totals.items()))
 

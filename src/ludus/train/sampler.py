@@ -91,14 +91,14 @@ def pick_batch(unconsumed: dict[int, tuple[int, int | None]], step: int, size: i
         return None
     picked: list[int] = []
     for _, group in finished:
-        if _feasible(unconsumed, [*picked, group], step, size):
+        if _feasible(unconsumed, {*picked, group}, step, size):
             picked.append(group)
             if len(picked) == size:
                 return picked
     return None
 
 
-def _feasible(unconsumed: dict[int, tuple[int, int | None]], picked: list[int], step: int, size: int) -> bool:
+def _feasible(unconsumed: dict[int, tuple[int, int | None]], picked: set[int], step: int, size: int) -> bool:
     """Whether the batch ``picked`` can be completed (earliest deadlines first) so that after
     it every unconsumed group's deadline can still be met, ``size`` groups per later step."""
     rest = sorted(deadline for group, (deadline, _) in unconsumed.items() if group not in picked)
@@ -171,17 +171,19 @@ class AheadSampler:
     def take(self, step: int, timeout_s: float | None = None) -> list[list[Trajectory]]:
         """The ``groups_per_step`` groups for ``step``, each sorted by sample; blocks until
         they are ready. Raises if the sampler failed, ``TimeoutError`` after ``timeout_s``."""
+        picked: list[int] | None = None
+
+        def ready() -> bool:
+            nonlocal picked
+            picked = None if self._error is not None else pick_batch(self._view(), step, self.groups_per_step)
+            return self._error is not None or picked is not None
+
         with self._cond:
-            ok = self._cond.wait_for(
-                lambda: self._error is not None or pick_batch(self._view(), step, self.groups_per_step) is not None,
-                timeout_s,
-            )
+            ok = self._cond.wait_for(ready, timeout_s)
             if self._error is not None:
                 raise RuntimeError(f"the sampler failed: {self._error!r}") from self._error
-            if not ok:
+            if not ok or picked is None:
                 raise TimeoutError(f"no batch for step {step} within {timeout_s} s")
-            picked = pick_batch(self._view(), step, self.groups_per_step)
-            assert picked is not None
             batch = [self._groups.pop(group).trajectories for group in picked]
             self._next_step = step + 1
         self._nudge()  # room for new groups
