@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ludus.train.grpo import group_advantages, policy_loss
+from ludus.train.grpo import SCALES, group_advantages, policy_loss, turn_advantages
 
 REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 ALL = torch.ones_like(REWARDS, dtype=torch.bool)
@@ -39,6 +39,75 @@ def test_invalid_samples_get_zero_advantage_and_do_not_move_the_mean():
 def test_unknown_scale_is_rejected():
     with pytest.raises(ValueError, match="scale"):
         group_advantages(REWARDS, ALL, "sometimes")  # type: ignore[arg-type]
+
+
+# Reward-to-go: one group of two 2-turn samples, turn rewards [0.5, 0.5] and [0, 0].
+TOGO = torch.tensor([[[1.0, 0.5], [0.0, 0.0]]])  # the return from each turn on
+RETURNS = torch.tensor([[1.0, 0.0]])  # the episode returns (turn 0's return to go)
+BOTH = torch.ones_like(RETURNS, dtype=torch.bool)
+
+
+def test_a_group_of_equal_rewards_gets_exactly_zero_even_when_its_float_mean_is_not_exact():
+    rewards = torch.tensor([[0.9, 0.9, 0.9], [0.3] * 3])  # float32 means 0.9000001, 0.30000001
+    for scale in SCALES:
+        assert torch.equal(
+            group_advantages(rewards, torch.ones_like(rewards, dtype=torch.bool), scale), torch.zeros(2, 3)
+        )
+
+
+def test_reward_to_go_centres_each_turn_on_the_episode_baseline():
+    # baseline 0.5: the second turn of the first sample earns no more than the average episode, so 0
+    assert turn_advantages(TOGO, RETURNS, BOTH, "none").tolist() == [[[0.5, 0.0], [-0.5, -0.5]]]
+
+
+def test_reward_to_go_divides_by_the_episode_returns_group_std():
+    adv = turn_advantages(TOGO, RETURNS, BOTH, "group", eps=1e-4)
+    s = math.sqrt(0.5) + 1e-4  # returns 1, 0: mean 0.5, unbiased variance 0.5
+    assert adv.tolist() == [[pytest.approx([0.5 / s, 0.0]), pytest.approx([-0.5 / s, -0.5 / s])]]
+
+
+def test_reward_to_go_batch_scaling_uses_the_std_of_all_episode_returns():
+    togo = torch.cat([TOGO, torch.tensor([[[1.0, 1.0], [1.0, 1.0]]])])  # a second group of two returns of 1
+    returns = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    adv = turn_advantages(togo, returns, torch.ones_like(returns, dtype=torch.bool), "batch", eps=0.0)
+    s = returns.flatten().std().item()  # three ones and a zero
+    assert adv[0].tolist() == [pytest.approx([0.5 / s, 0.0]), pytest.approx([-0.5 / s, -0.5 / s])]
+    assert adv[1].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_reward_to_go_masks_infra_errors_out_of_the_baseline():
+    togo = torch.tensor([[[1.0, 0.5], [0.0, 0.0], [9.0, 9.0]]])  # the third sample is an infra error
+    returns = torch.tensor([[1.0, 0.0, 9.0]])
+    valid = torch.tensor([[True, True, False]])
+    assert turn_advantages(togo, returns, valid, "none").tolist() == [[[0.5, 0.0], [-0.5, -0.5], [0.0, 0.0]]]
+
+
+def test_reward_to_go_group_with_equal_returns_carries_no_signal():
+    # turn rewards [1, 0] and [0, 1]: both episodes return 1, though the second turns' returns differ
+    togo = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])
+    returns = torch.tensor([[1.0, 1.0]])
+    for scale in ("group", "batch", "none"):
+        assert turn_advantages(togo, returns, BOTH, scale).tolist() == [[[0.0, 0.0], [0.0, 0.0]]], scale
+    # three returns of 0.9, whose float mean is not exactly 0.9: still no signal, not (0.45 - 0.9) / eps
+    togo = torch.tensor([[[0.9, 0.45], [0.9, 0.9], [0.9, 0.0]]])
+    returns = torch.full((1, 3), 0.9)
+    assert turn_advantages(togo, returns, torch.ones_like(returns, dtype=torch.bool), "group").abs().max() == 0
+
+
+def test_reward_to_go_equals_episode_advantages_when_reward_is_only_on_the_last_turn():
+    generator = torch.Generator().manual_seed(0)
+    returns = torch.randint(0, 5, (3, 4), generator=generator).float() / 4
+    returns[2] = 0.5  # a group of equal rewards
+    valid = torch.rand(3, 4, generator=generator) > 0.2
+    togo = returns[..., None].expand(3, 4, 5)  # every turn's return to go is the last turn's reward
+    for scale in ("group", "batch", "none"):
+        episode = group_advantages(returns, valid, scale)
+        assert torch.equal(turn_advantages(togo, returns, valid, scale), episode[..., None].expand(3, 4, 5)), scale
+
+
+def test_reward_to_go_rejects_an_unknown_scale():
+    with pytest.raises(ValueError, match="scale"):
+        turn_advantages(TOGO, RETURNS, BOTH, "sometimes")  # type: ignore[arg-type]
 
 
 def _tokens():

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from ludus.train.grpo import LOSS_AGGS, SCALES
+from ludus.train.grpo import LOSS_AGGS, SCALES, TURN_CREDITS
 
 
 class ConfigError(ValueError):
@@ -70,6 +70,9 @@ class TrainConfig:
     beta: float = 0.0
     entropy_coef: float = 0.05  # exploration bonus: loss -= entropy_coef * token entropy
     scale_rewards: Literal["group", "batch", "none"] = "group"
+    # multi-turn credit: "episode" trains every turn with its episode's advantage; "reward_to_go"
+    # trains turn k with the return from turn k on (intermediate rewards; train/grpo.py)
+    turn_credit: Literal["episode", "reward_to_go"] = "episode"
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     max_grad_norm: float = 1.0
     # asynchronous training: 0 = lockstep (sample, then learn; reproducible). k >= 1: a sampler thread
@@ -138,7 +141,8 @@ class TrainConfig:
                 "config field 'temperature' must be > 0 for RL sampling (greedy decoding gives identical group samples)"
             )
         self._validate_model()
-        assert self.scale_rewards in SCALES and self.loss_agg in LOSS_AGGS  # guaranteed by the Literal check
+        # guaranteed by the Literal check
+        assert self.scale_rewards in SCALES and self.loss_agg in LOSS_AGGS and self.turn_credit in TURN_CREDITS
 
     def _validate_model(self) -> None:
         """Catch a model that cannot be trained before a run folder is made for it."""

@@ -8,6 +8,10 @@ Advantages (one reward per sample, ``G`` samples per prompt):
 * ``scale="none"`` — Dr. GRPO (Liu et al., 2025, "Understanding R1-Zero-like training"):
   mean-centred only, which removes the bias towards easy/hard prompts that std scaling adds.
 
+Multi-turn episodes (``turn_credit``): by default every turn of a sample is trained with the
+advantage of its episode return. With ``"reward_to_go"`` turn ``k`` gets the return from turn
+``k`` on instead, centred and scaled by the same group baseline and scale (:func:`turn_advantages`).
+
 Per-token loss, with ratio ``ρ = exp(logp - logp_old)``::
 
     pg   = -min(ρ·A, clip(ρ, 1 - ε_low, 1 + ε_high)·A)      # PPO clip; ε_high > ε_low is DAPO's clip-higher
@@ -34,6 +38,7 @@ Aggregation over tokens (``loss_agg``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,6 +48,34 @@ Scale = Literal["group", "batch", "none"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 SCALES: tuple[str, ...] = ("group", "batch", "none")
 LOSS_AGGS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+TURN_CREDITS: tuple[str, ...] = ("episode", "reward_to_go")
+
+
+def _baseline_and_scale(
+    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each group's baseline (mean valid reward) and the divisor of its advantages, both
+    ``[groups, 1]``, and which samples carry signal (``[groups, G]``, as the rewards' dtype):
+    valid ones in groups whose valid rewards are not all equal. Equality is tested exactly,
+    because a mean that float rounding moves off equal rewards (three 0.9s) is not a signal."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    v = valid.to(rewards.dtype)
+    count = v.sum(1, keepdim=True).clamp(min=1)
+    mean = (rewards * v).sum(1, keepdim=True) / count
+    lowest = rewards.masked_fill(~valid, math.inf).amin(1, keepdim=True)
+    highest = rewards.masked_fill(~valid, -math.inf).amax(1, keepdim=True)
+    keep = (valid & (highest > lowest)).to(rewards.dtype)
+    if scale == "none":
+        return mean, torch.ones_like(mean), keep
+    if scale == "group":
+        # Unbiased std like torch.std (what GRPO implementations use); a group of one has std 0.
+        centred = (rewards - mean) * v
+        std = ((centred**2).sum(1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+        return mean, std + eps, keep
+    flat = rewards[valid]
+    std = flat.std() if flat.numel() > 1 else torch.zeros(())
+    return mean, (std + eps).expand_as(mean), keep
 
 
 def group_advantages(
@@ -54,21 +87,31 @@ def group_advantages(
     policy (infrastructure errors): they get advantage 0 and do not move their group's mean.
     A group whose valid rewards are all equal gets 0 everywhere: it carries no signal.
     """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-    v = valid.to(rewards.dtype)
-    count = v.sum(1, keepdim=True).clamp(min=1)
-    mean = (rewards * v).sum(1, keepdim=True) / count
-    centred = (rewards - mean) * v
-    if scale == "none":
-        return centred
-    if scale == "group":
-        # Unbiased std like torch.std (what GRPO implementations use); a group of one has std 0.
-        std = ((centred**2).sum(1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
-        return centred / (std + eps)
-    flat = rewards[valid]
-    std = flat.std() if flat.numel() > 1 else torch.zeros(())
-    return centred / (std + eps)
+    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps)
+    return (rewards - baseline) * keep / divisor
+
+
+def turn_advantages(
+    returns_to_go: torch.Tensor,
+    rewards: torch.Tensor,
+    valid: torch.Tensor,
+    scale: Scale = "group",
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Per-turn advantages ``(G[i, k] - b) / s`` for ``returns_to_go`` of shape ``[groups, G, T]``.
+
+    ``returns_to_go[g, i, k]`` is the sum of the rewards of turns ``k, k+1, ...`` of sample ``i``
+    (entries past a sample's last turn are ignored); ``rewards`` (``[groups, G]``) are the episode
+    returns, whose baseline ``b`` and scale ``s`` are exactly those of :func:`group_advantages`.
+    Why reward-to-go: a turn cannot change the rewards earned before it, so leaving them out
+    removes noise from its gradient without biasing it (causality, as in REINFORCE's
+    reward-to-go), and the group baseline does not depend on the turn's action, so subtracting
+    it stays unbiased too. Invalid samples, and every turn of a group whose valid episode returns
+    are all equal, get 0: such a group carries no signal. With all reward on the last turn this
+    equals :func:`group_advantages` for every turn.
+    """
+    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps)
+    return (returns_to_go - baseline[..., None]) * keep[..., None] / divisor[..., None]
 
 
 @dataclass

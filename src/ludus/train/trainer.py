@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine
 from ludus.rollout.evaluate import env_counts
 from ludus.rollout.hosts import EnvHost, ThreadHost
 from ludus.train.config import ConfigError, TrainConfig, load_config
-from ludus.train.grpo import group_advantages, policy_loss
+from ludus.train.grpo import group_advantages, policy_loss, turn_advantages
 from ludus.train.sampler import AheadSampler, train_task
 from ludus.train.supervised import base_model_recipe, make_base_model
 
@@ -456,11 +457,10 @@ class Trainer:
             raise TrainingHalted(f"every sample of step {step + 1} failed: {trajs[0].score.reason}")  # type: ignore[union-attr]
         rewards = torch.tensor([t.reward for t in trajs]).view(len(groups), c.group_size)
         valid = torch.tensor([not (t.score and t.score.is_infra_error) for t in trajs]).view_as(rewards)
-        adv = group_advantages(rewards, valid, c.scale_rewards).flatten()
         samples = [
-            Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
-            for traj, a in zip(trajs, adv.tolist(), strict=True)
-            for turn in traj.turns
+            Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a)
+            for traj, advantages in zip(trajs, self._turn_advantages(trajs, rewards, valid), strict=True)
+            for turn, a in zip(traj.turns, advantages, strict=True)
             if a != 0.0 or c.beta > 0  # zero advantage and no KL term: no gradient, so skip the compute
         ]
         lr = c.lr * lr_factor(c, step, elapsed_s)
@@ -490,6 +490,21 @@ class Trainer:
             **stats,
             "_tokens": sum(lengths),
         }, trajs
+
+    def _turn_advantages(
+        self, trajs: list[Trajectory], rewards: torch.Tensor, valid: torch.Tensor
+    ) -> list[list[float]]:
+        """The advantage of each turn of each trajectory, by ``turn_credit`` (grpo.py)."""
+        c = self.config
+        if c.turn_credit == "episode":
+            adv = group_advantages(rewards, valid, c.scale_rewards).flatten().tolist()
+            return [[a] * len(traj.turns) for traj, a in zip(trajs, adv, strict=True)]
+        width = max(len(traj.turns) for traj in trajs)
+        # the return from each turn on: the sums of the turn rewards from the last turn backwards
+        togo = [list(accumulate(turn.reward for turn in reversed(traj.turns)))[::-1] for traj in trajs]
+        padded = torch.tensor([g + [0.0] * (width - len(g)) for g in togo]).view(*rewards.shape, width)
+        adv_rows = turn_advantages(padded, rewards, valid, c.scale_rewards).view(len(trajs), width).tolist()
+        return [row[: len(traj.turns)] for traj, row in zip(trajs, adv_rows, strict=True)]
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         """``ppo_epochs`` passes of ``minibatches`` clipped-ratio updates. Sampling ahead
