@@ -30,3 +30,14 @@ def small_config(tmp_path, monkeypatch):
         return load_config(overrides={**SMALL_TRAINING, "runs_dir": str(tmp_path / "runs"), **overrides})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn():
+    """A private PostgreSQL server on 127.0.0.1 for the session (scripts/system-deps installs
+    PostgreSQL), also named in ``$LUDUS_POSTGRES_DSN`` for the ``engine: postgres`` default."""
+    from ludus.verifiers.postgres import TemporaryServer
+
+    with TemporaryServer() as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LUDUS_POSTGRES_DSN", server.dsn)
+        yield server.dsn

@@ -1,7 +1,8 @@
 """The agentic environments end to end with every kind of model: the embedded tiny model (`ludus
 eval` and `ludus train`), a transformers checkpoint, and an OpenAI-compatible server (`ludus
-serve-model`'s app on 127.0.0.1) — through the rollout engine. Random models earn nothing; what
-is checked is that every episode is graded (no infrastructure error anywhere on the path)."""
+serve-model`'s app on 127.0.0.1) — through the rollout engine, with sql on SQLite and on
+PostgreSQL. Random models earn nothing; what is checked is that every episode is graded (no
+infrastructure error anywhere on the path)."""
 
 import json
 
@@ -17,7 +18,21 @@ from ludus.serve.model_server import create_app
 from ludus.train.trainer import Trainer, TrainingHalted
 from support import build_hf_checkpoint, serving
 
-AGENTIC = {"sql": {"difficulty": 1}, "repo": {}}
+# label -> (environment, its arguments); "sql-postgres" runs on the session's PostgreSQL server
+AGENTIC = {
+    "sql": ("sql", {"difficulty": 1}),
+    "sql-postgres": ("sql", {"difficulty": 1, "engine": "postgres"}),
+    "repo": ("repo", {}),
+}
+
+
+@pytest.fixture(params=sorted(AGENTIC))
+def agentic(request) -> tuple[str, str, dict]:
+    """``(label, environment, arguments)``; PostgreSQL runs get the server through ``$LUDUS_POSTGRES_DSN``."""
+    env, args = AGENTIC[request.param]
+    if args.get("engine") == "postgres":
+        request.getfixturevalue("postgres_dsn")
+    return request.param, env, args
 
 
 @pytest.fixture(scope="module")
@@ -25,26 +40,26 @@ def checkpoint(tmp_path_factory):
     return build_hf_checkpoint(tmp_path_factory.mktemp("hf") / "model", context=4096)
 
 
-def _tasks(name: str, n: int = 3):
-    env = env_class(name)(**AGENTIC[name])
+def _tasks(name: str, args: dict, n: int = 3):
+    env = env_class(name)(**args)
     return [env.task_source("eval").get(i) for i in range(n)]
 
 
-@pytest.mark.parametrize("name", sorted(AGENTIC))
-def test_ludus_eval_with_the_tiny_model_grades_every_episode(name, tmp_path):
-    argv = ["eval", name, "--env-args", json.dumps(AGENTIC[name]), "--tasks", "3", "--samples", "2"]
+def test_ludus_eval_with_the_tiny_model_grades_every_episode(agentic, tmp_path):
+    _, name, args = agentic
+    argv = ["eval", name, "--env-args", json.dumps(args), "--tasks", "3", "--samples", "2"]
     argv += ["--model", "tiny", "--model-args", '{"max_len": 2048}', "--max-tokens", "24"]
     assert main([*argv, "--runs", str(tmp_path), "--name", "tiny"]) == 0
     summary = json.loads((tmp_path / "tiny" / "summary.json").read_text())
     assert summary["samples"] == 6 and summary["infra_errors"] == 0, summary
 
 
-@pytest.mark.parametrize("name", sorted(AGENTIC))
-def test_ludus_train_runs_on_the_environment(name, small_config):
+def test_ludus_train_runs_on_the_environment(agentic, small_config):
+    label, name, args = agentic
     config = small_config(
-        name=f"train-{name}",
+        name=f"train-{label}",
         env=name,
-        env_args=AGENTIC[name],
+        env_args=args,
         tiny={"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 2048},
         warmstart_steps=2 if name == "sql" else 0,  # a supervised warm-start needs single-turn references
         steps=2,
@@ -63,10 +78,10 @@ def test_ludus_train_runs_on_the_environment(name, small_config):
     assert all(r["eval/infra_errors"] == 0 for r in records if "eval/accuracy" in r)
 
 
-@pytest.mark.parametrize("name", sorted(AGENTIC))
-def test_a_transformers_model_directly_and_behind_the_model_server(name, checkpoint, tmp_path):
-    tasks = _tasks(name)
-    factory = lambda: env_class(name)(**AGENTIC[name])  # noqa: E731
+def test_a_transformers_model_directly_and_behind_the_model_server(agentic, checkpoint, tmp_path):
+    _, name, args = agentic
+    tasks = _tasks(name, args)
+    factory = lambda: env_class(name)(**args)  # noqa: E731
     sampling = SamplingParams(temperature=1.0, max_tokens=24)
     policy = load_policy(f"hf:{checkpoint}")
     direct = evaluate(policy, factory, tasks, tmp_path / "direct", samples=2, sampling=sampling)
@@ -81,18 +96,18 @@ def test_a_transformers_model_directly_and_behind_the_model_server(name, checkpo
 def test_training_stops_with_the_reason_when_no_sample_can_be_graded(small_config):
     """The tiny model's default context cannot hold an SQL prompt: every sample is an
     infrastructure failure, and the run says why instead of training on nothing."""
-    config = small_config(name="too-small", env="sql", env_args=AGENTIC["sql"], warmstart_steps=0, steps=3)
+    config = small_config(name="too-small", env="sql", env_args=AGENTIC["sql"][1], warmstart_steps=0, steps=3)
     with pytest.raises(TrainingHalted, match="every sample of step 1 failed.*exceeds the tiny model's context"):
         Trainer.create(config, log=lambda _: None).run()
 
 
-@pytest.mark.parametrize("name", sorted(AGENTIC))
-def test_ludus_train_with_a_transformers_model(name, checkpoint, small_config):
+def test_ludus_train_with_a_transformers_model(agentic, checkpoint, small_config):
+    label, name, args = agentic
     config = small_config(
-        name=f"hf-{name}",
+        name=f"hf-{label}",
         model=f"hf:{checkpoint}",
         env=name,
-        env_args=AGENTIC[name],
+        env_args=args,
         steps=2,
         prompts_per_step=2,
         group_size=2,

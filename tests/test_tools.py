@@ -16,7 +16,7 @@ from ludus.core.tools import (
     tool_spec,
     validate_arguments,
 )
-from ludus.core.types import Message, ToolCall
+from ludus.core.types import InfraError, Message, ToolCall
 
 
 def everything(
@@ -214,6 +214,29 @@ def test_a_tool_that_raises_gives_error_text() -> None:
     text, ok = Tool(divide)(ToolCall("divide", {"a": 1, "b": 0}))
     assert not ok
     assert text == "Error: divide failed: ZeroDivisionError: division by zero"
+
+
+def test_an_infrastructure_failure_in_a_tool_ends_the_episode_as_infra_error() -> None:
+    def lookup(key: str) -> str:
+        """Look a key up in a database that has gone away."""
+        raise InfraError("the database server is down")
+
+    with pytest.raises(InfraError):  # not shown to the model as the tool's error
+        Tool(lookup)(ToolCall("lookup", {"key": "a"}))
+
+    class Env(ToolEnv):
+        name = "lookup"
+
+        def tool_functions(self):
+            return [lookup]
+
+        def score(self, task, completion):
+            return Score.zero(Status.WRONG, "unused")
+
+    env = Env()
+    env.reset(Task(id="t", prompt="look up a"))
+    result = env.step(Message("assistant", "", tool_calls=[ToolCall("lookup", {"key": "a"}, id="1")]))
+    assert result.done and result.score.status == Status.INFRA_ERROR and "server is down" in result.score.reason
 
 
 def test_non_string_results_are_shown_as_repr() -> None:

@@ -4,6 +4,7 @@ from ludus.core.env import Env, EnvStateError, SingleTurnEnv, Split, TaskSource,
 from ludus.core.registry import EnvLoadError, UnknownEnvError, make, register
 from ludus.core.tools import Tool, ToolCache, ToolError, ToolSchemaError, tool, tool_spec, validate_arguments
 from ludus.core.types import (
+    InfraError,
     Message,
     Observation,
     Score,
@@ -20,6 +21,7 @@ __all__ = [
     "Env",
     "EnvLoadError",
     "EnvStateError",
+    "InfraError",
     "Message",
     "Observation",
     "Score",

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, get_args, get_origin, overload
 
-from ludus.core.types import ToolCall, ToolSpec
+from ludus.core.types import InfraError, ToolCall, ToolSpec
 
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -216,6 +216,8 @@ class Tool:
             result = self.fn(**call.arguments)
         except ToolError as exc:
             return f"Error: {exc}", False, exc.deterministic
+        except InfraError:
+            raise  # the episode is infra_error: see InfraError
         except Exception as exc:  # the tool's own failure is information for the model
             return f"Error: {self.name} failed: {type(exc).__name__}: {exc}", False, False
         return result if isinstance(result, str) else repr(result), True, True

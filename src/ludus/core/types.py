@@ -38,6 +38,12 @@ class Status(StrEnum):
     INFRA_ERROR = "infra_error"
 
 
+class InfraError(RuntimeError):
+    """An environment's infrastructure failed (a database server down, a sandbox lost).
+    Raised from a tool or a verifier, it ends the episode as ``infra_error`` instead of being
+    shown to the model as the tool's error: the model did nothing wrong."""
+
+
 class _JsonMixin:
     """``to_json``/``from_json`` on top of each class's ``to_dict``/``from_dict``."""
 

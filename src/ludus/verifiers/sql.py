@@ -1,6 +1,7 @@
 """SQL answers graded by execution: run the model's query and the gold query, compare results.
 
-Two parts, kept apart so a second engine (PostgreSQL) only adds a :class:`Database`:
+Two parts, kept apart so a second engine only adds a :class:`Database`
+(:mod:`ludus.verifiers.postgres` is the PostgreSQL one):
 
 * the engine side — :class:`Database` (``tables()``, ``describe(name)``, ``query(sql, limits)``)
   and :class:`SQLiteDatabase`, a connection that can only read: the file is opened
@@ -27,17 +28,21 @@ The reward rule (docs/sql.md):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import sqlite3
+import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from ludus.core.types import Score, Status
+from ludus.core.types import InfraError, Score, Status
 
 SIGNIFICANT_DIGITS = 9
 """Numbers are compared after rounding to this many significant digits."""
@@ -93,6 +98,10 @@ class HoneypotRead(QueryError):
         super().__init__(f"the table {table!r} may not be read")
 
 
+class DatabaseUnavailable(InfraError):
+    """The engine itself failed (a server down, a connection lost): nobody's answer was judged."""
+
+
 class Database(Protocol):
     """What the environment and the verifier need from an engine."""
 
@@ -127,6 +136,66 @@ def _strip_leading_comments(sql: str) -> str:
         end = text.find("\n") if text.startswith("--") else text.find("*/")
         text = "" if end < 0 else text[end + (1 if text.startswith("--") else 2) :].lstrip()
     return text
+
+
+def check_select(sql: str) -> None:
+    """Refuse, before any engine sees it, text that is not a query: a NUL character, or a
+    first word other than SELECT, WITH or VALUES. Each engine still enforces read-only itself."""
+    if "\x00" in sql:
+        raise QueryRefused("the query contains a NUL character")
+    if not _strip_leading_comments(sql).lower().startswith(_FIRST_WORDS):
+        raise QueryRefused("only a single SELECT statement (or WITH ... SELECT) is allowed")
+
+
+def _value_size(value: Any) -> int:
+    """Roughly how much memory a fetched value holds, for the ``max_result_chars`` cap."""
+    if isinstance(value, (str, bytes, memoryview)):
+        return len(value)
+    if isinstance(value, (list, tuple, dict)):
+        return len(repr(value))
+    return 8
+
+
+def fetch_capped(
+    cursor: Any, limits: Limits, batch_size: int, before_fetch: Callable[[], None] | None = None
+) -> tuple[list[tuple[Any, ...]], bool]:
+    """``(rows, complete)`` from a DB-API cursor: at most ``max_rows`` rows, fetched in batches
+    so that a huge result is never held whole; raises :class:`QueryError` past
+    ``max_result_chars``. ``before_fetch`` runs before every batch but the first."""
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    while len(rows) < limits.max_rows:
+        if rows and before_fetch is not None:
+            before_fetch()
+        batch = cursor.fetchmany(min(batch_size, limits.max_rows - len(rows)))
+        if not batch:
+            break
+        rows.extend(batch)
+        size += sum(_value_size(v) for row in batch for v in row)
+        if size > limits.max_result_chars:
+            raise QueryError(
+                f"the result is larger than {limits.max_result_chars:,} characters; select fewer rows or columns"
+            )
+    return rows, len(rows) < limits.max_rows or cursor.fetchone() is None
+
+
+_hashes: dict[tuple[str, int, int], str] = {}
+_hashes_lock = threading.Lock()
+
+
+def content_hash(path: str | Path) -> str:
+    """SHA-256 of a database file, memoised by path, size and modification time: what names
+    a database's tool-cache scope and its loaded copy in another engine."""
+    stat = Path(path).stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _hashes_lock:
+        if key in _hashes:
+            return _hashes[key]
+    with open(path, "rb") as f:  # streamed: loaded databases can be gigabytes
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    with _hashes_lock:
+        _hashes[key] = digest
+    return digest
 
 
 class SQLiteDatabase:
@@ -191,10 +260,7 @@ class SQLiteDatabase:
 
     def query(self, sql: str, limits: Limits) -> Result:
         """Run one read-only statement within ``limits``; raises a :class:`QueryError` subclass."""
-        if "\x00" in sql:
-            raise QueryRefused("the query contains a NUL character")
-        if not _strip_leading_comments(sql).lower().startswith(_FIRST_WORDS):
-            raise QueryRefused("only a single SELECT statement (or WITH ... SELECT) is allowed")
+        check_select(sql)
         self._denied.clear()
         self._honeypot = None
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_chars)
@@ -214,19 +280,7 @@ class SQLiteDatabase:
         self._conn.set_progress_handler(progress, steps_per_call)
         try:
             cursor = self._conn.execute(sql)
-            rows: list[tuple[Any, ...]] = []
-            size = 0
-            while len(rows) < limits.max_rows:
-                batch = cursor.fetchmany(min(100, limits.max_rows - len(rows)))
-                if not batch:
-                    break
-                rows.extend(batch)
-                size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for row in batch for v in row)
-                if size > limits.max_result_chars:
-                    raise QueryError(
-                        f"the result is larger than {limits.max_result_chars:,} characters; select fewer rows or columns"
-                    )
-            complete = len(rows) < limits.max_rows or cursor.fetchone() is None
+            rows, complete = fetch_capped(cursor, limits, batch_size=100)
             columns = tuple(d[0] for d in cursor.description or ())
             cursor.close()
         except sqlite3.Error as exc:
@@ -301,7 +355,19 @@ def orders_rows(sql: str) -> bool:
 
 
 def _normalise(value: Any) -> Any:
-    """Integral numbers as exact ints; other floats rounded to ``SIGNIFICANT_DIGITS``."""
+    """Integral numbers as exact ints; other floats rounded to ``SIGNIFICANT_DIGITS``. Engine
+    types are brought to one form: PostgreSQL's ``numeric`` (``AVG``, ``SUM``) is a number like
+    SQLite's, ``boolean`` its 0/1, and arrays and JSON become hashable values."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return str(value)
+        value = int(value) if value == value.to_integral_value() and abs(value) < 2**53 else float(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_normalise(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=str)
     if isinstance(value, float) and math.isfinite(value):
         if not (value.is_integer() and abs(value) < 2**53):
             value = float(f"{value:.{SIGNIFICANT_DIGITS}g}")
