@@ -111,6 +111,7 @@ ATTACKS = [
     "SELECT 1; DROP TABLE customers",
     "SELECT 1 FROM customers; COMMIT; DROP TABLE customers",
     "SELECT * FROM customers FOR UPDATE",
+    "SELECT * INTO copied FROM customers",
     "COPY customers TO '/tmp/ludus-evil'",
     "SELECT set_config('default_transaction_read_only', 'off', false)",
     "SELECT set_config('statement_timeout', '0', true)",
