@@ -330,3 +330,15 @@ def test_rows_are_fetched_in_batches_up_to_the_caps(episode):
         db.query(
             "SELECT string_agg(a.id::text, ',') FROM orders a, orders b GROUP BY a.id", Limits(max_result_chars=100)
         )
+
+
+def test_an_unhardened_database_is_refused_every_time(postgres_dsn, monkeypatch):
+    """Ludus checks, as the reader, that the hardening took (e.g. a server whose built-ins
+    another owner controls would silently ignore the REVOKE) and refuses to run otherwise."""
+    monkeypatch.setattr(PostgresEngine, "_harden", lambda self, conn, dbname: None)
+    engine = PostgresEngine(postgres_dsn, database="ludus_unhardened")
+    task = SQLTasks(1).get(0)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="not hardened: the reader could run 'SELECT pg_sleep"):
+            engine.open(task.info["db"])
+    engine.close()

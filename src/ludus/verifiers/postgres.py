@@ -106,9 +106,8 @@ def server_binaries() -> Path:
         if bindir and (Path(bindir) / "initdb").exists():
             return Path(bindir)
     candidates = glob.glob("/usr/lib/postgresql/*/bin/initdb") + glob.glob("/usr/pgsql-*/bin/initdb")
-    version = re.compile(r"(\d+)")
-    for path in sorted(candidates, key=lambda p: int(version.findall(p)[0]), reverse=True):
-        return Path(path).parent
+    if candidates:
+        return Path(max(candidates, key=lambda p: int(re.findall(r"\d+", p)[0]))).parent
     raise FileNotFoundError(
         "PostgreSQL's server programs (initdb, postgres) were not found: install the `postgresql` "
         "package (./scripts/system-deps does) or give the SQL environment a server's dsn"
@@ -470,10 +469,8 @@ class PostgresEngine:
         if not root.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone():
             try:
                 root.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-            except self.psycopg.errors.DuplicateDatabase:
+            except (self.psycopg.errors.DuplicateDatabase, self.psycopg.errors.UniqueViolation):
                 pass  # another process made it first
-            except self.psycopg.errors.UniqueViolation:
-                pass
         conn = self._admin_conn(dbname)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('ludus-prepare'))")
@@ -489,8 +486,8 @@ class PostgresEngine:
                     "INSERT INTO ludus_meta.state VALUES ('hardened', %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                     (HARDENING_VERSION,),
                 )
-        self._prepared.add(dbname)
         self._check_hardening(dbname)
+        self._prepared.add(dbname)  # only once checked: a failed check is raised again on the next use
 
     def _make_reader(self, conn: psycopg.Connection) -> str:
         sql = self.psycopg.sql
