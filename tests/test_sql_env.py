@@ -359,3 +359,22 @@ def test_a_malformed_row_names_the_file_the_row_and_the_field(tmp_path, row, fie
 
 def test_the_cache_folder_follows_ludus_cache(cache):
     assert Path(SQLTasks(4).get(0).info["db"]).is_relative_to(Path(os.environ["LUDUS_CACHE"]))
+
+
+def test_a_task_made_on_another_machine_regenerates_its_databases_here(tmp_path, monkeypatch):
+    """A Ray driver's tasks name files in its own cache; a replayed trajectory names files that may
+    be gone. A procedural task carries its recipe, so the environment rebuilds the same databases."""
+    made = SQLTasks(3, seed=21).get(2)
+    task = Task.from_dict(json.loads(json.dumps(made.to_dict())))
+    for path in [task.info["db"], *task.info["variant_dbs"]]:
+        Path(path).unlink()  # as on a machine that never had them
+    monkeypatch.setenv("LUDUS_CACHE", str(tmp_path / "here"))
+    env = SQLEnv()
+    env.reset(task)
+    final = env.step(Message("assistant", f"```sql\n{task.answer}\n```"))
+    assert final.score.status == Status.CORRECT and "on all 2 databases" in final.score.reason
+    assert len(list((tmp_path / "here" / "sql").glob("*.sqlite"))) == 2
+    changed = Task.from_dict({**task.to_dict(), "answer": "SELECT 1"})  # made by another generator version
+    monkeypatch.setenv("LUDUS_CACHE", str(tmp_path / "elsewhere"))
+    with pytest.raises(ValueError, match="its recipe gives another question"):
+        SQLEnv().reset(changed)

@@ -25,7 +25,7 @@ from ludus.core.env import Split, TaskSource, ToolEnv
 from ludus.core.tools import ToolCache, ToolError, tool
 from ludus.core.types import Observation, Score, Status, Task
 from ludus.tasks.loaders import split_files
-from ludus.tasks.sql import SQLTasks, load_sql_tasks
+from ludus.tasks.sql import SQLTasks, load_sql_tasks, local_databases
 from ludus.verifiers.sql import (
     Database,
     HoneypotRead,
@@ -111,6 +111,7 @@ class SQLEnv(ToolEnv):
         self.max_turns, self.max_chars = max_turns, max_chars
         self.verifier = SQLVerifier(Limits(timeout_s=timeout_s, max_steps=max_steps, max_rows=max_rows))
         self.db: Database | None = None
+        self._variants: list[str] = []
         self._scope: str | None = None
         if difficulty is not None:
             SQLTasks(difficulty)  # fail now on a bad difficulty, not at the first episode
@@ -130,9 +131,10 @@ class SQLEnv(ToolEnv):
         self.close()
         if not isinstance(task.info.get("db"), str):
             raise ValueError(f"task {task.id} has no info['db']: SQL tasks name their database file there")
-        self.db = self._open(task.info["db"], task)
+        main, self._variants = local_databases(task)
+        self.db = self._open(main, task)
         # the engine, limits and display cap shape results too: environments configured differently share nothing
-        self._scope = f"{self.engine}|{content_hash(task.info['db'])}|{self.verifier.limits}|{self.max_chars}"
+        self._scope = f"{self.engine}|{content_hash(main)}|{self.verifier.limits}|{self.max_chars}"
         return super().begin(task)
 
     def _open(self, path: str, task: Task, hidden: bool = False) -> Database:
@@ -201,7 +203,7 @@ class SQLEnv(ToolEnv):
             return Score.zero(Status.GOLD_ERROR, f"task {task.id} has no gold SQL or no database")
         variants: list[Database] = []
         try:
-            variants += [self._open(p, task, hidden=True) for p in task.info.get("variant_dbs", [])]
+            variants += [self._open(p, task, hidden=True) for p in self._variants]
             return self.verifier.score(completion, task.answer, [self._db(), *variants])
         except HoneypotRead as exc:
             self.trip_honeypot(f"the final answer read the table {exc.table!r}")

@@ -582,6 +582,22 @@ def procedural_task(recipe: str, level: int, task_id: str, root: Path | None = N
     )
 
 
+def local_databases(task: Task) -> tuple[str, list[str]]:
+    """The task's episode and variant database files on this machine: its own paths, or, for a
+    procedural task whose files are missing here (made on another machine — a Ray driver — or
+    replayed from a trajectory), the same databases regenerated from its recipe."""
+    main, variants = task.info["db"], list(task.info.get("variant_dbs", []))
+    if "recipe" not in task.info or all(Path(p).is_file() for p in [main, *variants]):
+        return main, variants
+    made = procedural_task(task.info["recipe"], task.info["difficulty"], task.id)
+    if made.answer != task.answer:
+        raise ValueError(
+            f"task {task.id}: its recipe gives another question with this version of Ludus "
+            f"({GENERATOR_VERSION}); regenerate the tasks instead of reusing them"
+        )
+    return made.info["db"], made.info["variant_dbs"]
+
+
 class SQLTasks:
     """An endless, deterministic task source: task ``i`` is the same on every machine.
 
