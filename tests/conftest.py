@@ -41,3 +41,13 @@ def postgres_dsn():
     with TemporaryServer() as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("LUDUS_POSTGRES_DSN", server.dsn)
         yield server.dsn
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """``$LUDUS_CACHE`` of the test module's own (generated databases): declare it with
+    ``pytestmark = pytest.mark.usefixtures("module_cache")``."""
+    with pytest.MonkeyPatch.context() as mp:
+        root = tmp_path_factory.mktemp("ludus-cache")
+        mp.setenv("LUDUS_CACHE", str(root))
+        yield root

@@ -23,14 +23,7 @@ from ludus.tasks.procedural import in_eval_bucket
 from ludus.tasks.sql import LEVELS, SQLTasks, load_sql_tasks
 from ludus.verifiers.sql import Limits, Result, SQLiteDatabase, SQLVerifier, compare_results, extract_sql, orders_rows
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    """Generated databases go to a cache of this module's own."""
-    with pytest.MonkeyPatch.context() as mp:
-        root = tmp_path_factory.mktemp("ludus-cache")
-        mp.setenv("LUDUS_CACHE", str(root))
-        yield root
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def table(columns, rows, complete=True) -> Result:
@@ -157,11 +150,11 @@ def test_render_caps_the_text_and_says_how_many_rows_are_hidden():
 # ---- the generator ----
 
 
-def test_tasks_are_deterministic_and_their_databases_are_written_once(cache):
+def test_tasks_are_deterministic_and_their_databases_are_written_once(module_cache):
     a, b = SQLTasks(3, seed=5).get(7), SQLTasks(3, seed=5).get(7)
     assert a == b
     main, variant = Path(a.info["db"]), Path(a.info["variant_dbs"][0])
-    assert main.parent == cache / "sql" and main.is_file() and variant.is_file()
+    assert main.parent == module_cache / "sql" and main.is_file() and variant.is_file()
     assert main.read_bytes() != variant.read_bytes()
     stamp = main.stat().st_mtime_ns
     SQLTasks(1, seed=5).get(7)  # the same recipe at another level: same databases, not rewritten
@@ -357,7 +350,7 @@ def test_a_malformed_row_names_the_file_the_row_and_the_field(tmp_path, row, fie
     assert str(path) in str(info.value) and "row index 1" in str(info.value) and repr(field) in str(info.value)
 
 
-def test_the_cache_folder_follows_ludus_cache(cache):
+def test_the_cache_folder_follows_ludus_cache(module_cache):
     assert Path(SQLTasks(4).get(0).info["db"]).is_relative_to(Path(os.environ["LUDUS_CACHE"]))
 
 

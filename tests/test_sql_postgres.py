@@ -26,12 +26,7 @@ from ludus.tasks.sql import LEVELS, SQLTasks
 from ludus.verifiers.postgres import PostgresEngine, TemporaryServer
 from ludus.verifiers.sql import Limits, QueryError, SQLiteDatabase, compare_results, orders_rows
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LUDUS_CACHE", str(tmp_path_factory.mktemp("ludus-cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 @pytest.fixture(scope="module")
@@ -342,3 +337,10 @@ def test_an_unhardened_database_is_refused_every_time(postgres_dsn, monkeypatch)
         with pytest.raises(RuntimeError, match="not hardened: the reader could run 'SELECT pg_sleep"):
             engine.open(task.info["db"])
     engine.close()
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(engine, tmp_path):
+    garbage = tmp_path / "broken.sqlite"
+    garbage.write_bytes(b"this is not a SQLite database" * 100)
+    with pytest.raises(ValueError, match=f"cannot read the SQLite database {garbage}"):
+        engine.open(garbage)

@@ -16,13 +16,7 @@ from ludus.envs.sql import SQLEnv
 from ludus.tasks.sql import SQLTasks
 from ludus.verifiers.sql import Limits, SQLiteDatabase, SQLVerifier
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        root = tmp_path_factory.mktemp("ludus-cache")
-        mp.setenv("LUDUS_CACHE", str(root))
-        yield root
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 @pytest.fixture(scope="module")

@@ -168,13 +168,15 @@ class TemporaryServer:
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
             self._as = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
         self._process: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._started = threading.Event()
         self._error: BaseException | None = None
         try:
             self._initdb()
             # the thread that starts the server must outlive it (see _die_with_parent)
-            threading.Thread(target=self._run, name="ludus-postgres", daemon=True).start()
+            self._thread = threading.Thread(target=self._run, name="ludus-postgres", daemon=True)
+            self._thread.start()
             self._started.wait()
             if self._error is not None:
                 raise self._error
@@ -257,13 +259,8 @@ class TemporaryServer:
     def stop(self) -> None:
         """Stop the server and delete its folder; safe to call twice."""
         self._stopped.set()
-        process = self._process
-        if process is not None:
-            try:
-                process.wait(timeout=35)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self._thread is not None:
+            self._thread.join()  # it shuts the server down (see _run)
         shutil.rmtree(self.root, ignore_errors=True)
         self._owner.close()
 
