@@ -10,7 +10,7 @@ time (so that the figures add up and a busy machine does not skew them):
 
 * ``two empty processes`` — the two clones, each exiting at once;
 * ``two processes (Ludus's design)`` — the solution loads and serves calls, the tests call it
-  over a socket (ludus's own inside.py and code_harness.py);
+  over a socket (ludus's own inside.py and envs/code/harness.py);
 * ``one process, tests in a long-lived runner`` — a design Ludus does not use (the runner would
   not be fresh per verification), measured to show what giving that up would buy;
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from code_throughput import DATA, host_program, load_pairs
 
+from ludus.envs.code.verifier import HARNESS, extract_code, parse_task, solution_program
 from ludus.sandbox.backend import bwrap_args, interpreter, python_paths
-from ludus.verifiers.code import HARNESS, extract_code, parse_task, solution_program
 
 SANDBOX = Path(__file__).resolve().parent.parent / "src" / "ludus" / "sandbox"
 

@@ -48,9 +48,9 @@ from pathlib import Path
 from string import Template as Text
 from typing import Any
 
+from ludus.envs.code.verifier import CodeVerifier
 from ludus.sandbox import Sandbox
 from ludus.sandbox.backend import bwrap_args, interpreter, python_paths
-from ludus.verifiers.code import CodeVerifier
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data" / "humaneval_synthetic.jsonl"

@@ -23,8 +23,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from ludus.core.types import Status
-from ludus.verifiers.guard import GuardedPool
-from ludus.verifiers.math import MathVerifier
+from ludus.envs.math.guard import GuardedPool
+from ludus.envs.math.verifier import MathVerifier
 
 ROOT = Path(__file__).resolve().parent.parent
 WATCHDOG_S = 30.0

@@ -20,9 +20,11 @@ import time
 import torch
 
 from ludus.core.registry import make
+from ludus.policies import SamplingParams
+from ludus.rollout.evaluate import evaluate
 from ludus.train.config import load_config
 from ludus.train.supervised import WARMSTART_TASK_OFFSET, base_model_recipe, make_base_model, supervised_steps
-from ludus.train.trainer import Trainer, evaluate
+from ludus.train.trainer import Trainer
 
 
 def rl_curve(seed: int, minutes: float) -> list[tuple[float, float]]:
@@ -42,14 +44,13 @@ def supervised_curve(seed: int, minutes: float, stop_at: float) -> list[tuple[fl
     cfg = load_config(overrides={"seed": seed})
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     env = make(cfg.env, **cfg.env_args)
-    recipe = base_model_recipe(
-        cfg.env, cfg.env_args, cfg.tiny, seed, cfg.warmstart_steps, cfg.warmstart_batch, cfg.warmstart_lr
-    )
+    recipe = base_model_recipe(cfg)
     policy, _, _ = make_base_model(env, recipe)
     eval_tasks = [env.task_source("eval").get(i) for i in range(cfg.eval_size)]
 
     def accuracy() -> float:
-        return evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, cfg.max_tokens)["eval/accuracy"]
+        greedy = SamplingParams(temperature=0.0, max_tokens=cfg.max_tokens)
+        return evaluate(policy, lambda: make(cfg.env, **cfg.env_args), eval_tasks, sampling=greedy).accuracy
 
     optimizer = torch.optim.AdamW(policy.module.parameters(), lr=cfg.warmstart_lr, weight_decay=0.0)
     start, done = time.perf_counter(), 0

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ludus.envs.repo import RepoEnv
+from ludus.envs.repo.env import RepoEnv
 
 
 def ludus_episode(env: RepoEnv, task) -> float:

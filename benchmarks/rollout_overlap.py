@@ -72,7 +72,7 @@ class TimedGenerator(Policy):
         self.cost_per_token_s, self.max_batch = cost_per_token_s, max_batch
         self.busy_s = 0.0
 
-    def generate(self, conversations, sampling, generator=None, tools=None) -> list[Completion]:
+    def generate(self, conversations, sampling, *, tools=None, generator=None) -> list[Completion]:
         if len(conversations) > self.max_batch:
             raise ValueError(f"batch of {len(conversations)} is over the generator's {self.max_batch}")
         started = time.monotonic()

@@ -36,7 +36,7 @@ def small_config(tmp_path, monkeypatch):
 def postgres_dsn():
     """A private PostgreSQL server on 127.0.0.1 for the session (scripts/system-deps installs
     PostgreSQL), also named in ``$LUDUS_POSTGRES_DSN`` for the ``engine: postgres`` default."""
-    from ludus.verifiers.postgres import TemporaryServer
+    from ludus.envs.sql.postgres import TemporaryServer
 
     with TemporaryServer() as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("LUDUS_POSTGRES_DSN", server.dsn)

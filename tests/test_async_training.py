@@ -17,9 +17,9 @@ from ludus.core.types import Message, Observation, StepResult
 from ludus.policies.base import SamplingParams
 from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.rollout.hosts import ThreadHost
-from ludus.train.config import ConfigError, load_config
+from ludus.train.config import ConfigError, TrainConfig, load_config
 from ludus.train.grpo import policy_loss
-from ludus.train.sampler import AheadSampler, admits, pick_batch
+from ludus.train.sampler import AheadSampler, StreamPosition, admits, pick_batch
 from ludus.train.trainer import Trainer
 
 
@@ -184,19 +184,9 @@ def test_sampler_keeps_the_bound_with_real_threads_and_replays_what_a_checkpoint
     staleness, per_step, size = 2, 3, 2
 
     def sampler(first_step: int, first_group: int, replay: list[int]) -> AheadSampler:
-        return AheadSampler(
-            policy,
-            _JitterEnv,
-            _CountTasks(),
-            SamplingParams(max_tokens=2),
-            groups_per_step=per_step,
-            group_size=size,
-            max_staleness=staleness,
-            host=host,
-            first_step=first_step,
-            first_group=first_group,
-            replay=replay,
-        )
+        config = TrainConfig(prompts_per_step=per_step, group_size=size, max_staleness=staleness)
+        start = StreamPosition(first_step, first_group, tuple(replay))
+        return AheadSampler(policy, _JitterEnv, _CountTasks(), SamplingParams(max_tokens=2), config, host, start)
 
     trained: list[int] = []
     first = sampler(0, 0, [])
@@ -213,7 +203,8 @@ def test_sampler_keeps_the_bound_with_real_threads_and_replays_what_a_checkpoint
             time.sleep(random.random() * 0.05)  # the update
             policy.version = step + 1
             first.advance(policy)
-        next_group, unconsumed = first.position()
+        position = first.position()
+        next_group, unconsumed = position.next_group, list(position.replay)
     finally:
         first.close()
     assert not _sampler_threads()

@@ -8,12 +8,9 @@ import pytest
 
 from ludus.cli import main
 from ludus.core.types import Message, ToolCall
-from ludus.envs.code import CodeEnv, CodeToolEnv
-from ludus.sandbox import Limits
-from ludus.sandbox.plain import NotPlain, decode, encode
-from ludus.tasks.code import load_code_tasks
-from ludus.tasks.loaders import TaskFileError
-from ludus.verifiers.code import (
+from ludus.envs.code.env import CodeEnv, CodeToolEnv
+from ludus.envs.code.tasks import load_code_tasks
+from ludus.envs.code.verifier import (
     CodeVerifier,
     TaskFormatError,
     extract_code,
@@ -22,6 +19,9 @@ from ludus.verifiers.code import (
     parse_task,
     solution_program,
 )
+from ludus.sandbox import Limits
+from ludus.sandbox.plain import NotPlain, decode, encode
+from ludus.tasks.loaders import TaskFileError
 
 ADD = {
     "prompt": 'def add(a, b):\n    """Return a + b."""\n',

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ludus.verifiers.countdown import MAX_DEPTH, ExpressionError, evaluate, parse_expression, score_countdown
+from ludus.envs.procedural.countdown import (
+    MAX_DEPTH,
+    ExpressionError,
+    expression_value,
+    parse_expression,
+    score_countdown,
+)
 
 NUMBERS = [3, 7, 25, 50]
 TARGET = 75
@@ -125,7 +131,7 @@ def test_deeply_nested_parentheses_are_refused() -> None:
     assert (s.value, s.status) == (0.0, "format_error")
     with pytest.raises(ExpressionError, match="nested"):
         parse_expression("(" * (MAX_DEPTH + 1) + "1" + ")" * (MAX_DEPTH + 1))
-    assert evaluate(parse_expression("(" * MAX_DEPTH + "1" + ")" * MAX_DEPTH)) == 1
+    assert expression_value(parse_expression("(" * MAX_DEPTH + "1" + ")" * MAX_DEPTH)) == 1
 
 
 def test_hedged_answers_are_ambiguous() -> None:
@@ -134,7 +140,7 @@ def test_hedged_answers_are_ambiguous() -> None:
 
 
 def test_precedence_and_associativity() -> None:
-    assert evaluate(parse_expression("2+3*4")) == 14
-    assert evaluate(parse_expression("20-5-3")) == 12
-    assert evaluate(parse_expression("64/4/2")) == 8
-    assert evaluate(parse_expression("(2+3)*4")) == 20
+    assert expression_value(parse_expression("2+3*4")) == 14
+    assert expression_value(parse_expression("20-5-3")) == 12
+    assert expression_value(parse_expression("64/4/2")) == 8
+    assert expression_value(parse_expression("(2+3)*4")) == 20

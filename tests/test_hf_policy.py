@@ -60,7 +60,9 @@ def test_loads_from_spec_and_from_a_plain_folder_with_clear_errors(checkpoint, p
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.9)])
 def test_sampled_logprobs_equal_rescored_logprobs(policy, temperature, top_p):
     out = policy.generate(
-        CONVS, SamplingParams(temperature=temperature, top_p=top_p, max_tokens=8), torch.Generator().manual_seed(0)
+        CONVS,
+        SamplingParams(temperature=temperature, top_p=top_p, max_tokens=8),
+        generator=torch.Generator().manual_seed(0),
     )
     logp, entropy = policy.token_logprobs([c.prompt_ids for c in out], [c.completion_ids for c in out], temperature)
     assert logp.shape == entropy.shape == (3, max(len(c.completion_ids) for c in out))
@@ -87,7 +89,7 @@ def test_log_probs_stay_exact_for_another_architecture_with_dropout_in_train_mod
     gpt2 = load_policy(str(tmp_path / "gpt2"))
     assert gpt2.context == 256  # GPT-2 calls it n_positions
     gpt2.module.train()  # as the trainer leaves it between updates
-    out = gpt2.generate(CONVS, SamplingParams(max_tokens=6), torch.Generator().manual_seed(0))
+    out = gpt2.generate(CONVS, SamplingParams(max_tokens=6), generator=torch.Generator().manual_seed(0))
     logp, _ = gpt2.token_logprobs([c.prompt_ids for c in out], [c.completion_ids for c in out])
     for i, c in enumerate(out):
         assert torch.allclose(logp[i, : len(c.completion_ids)], torch.tensor(c.logprobs), atol=1e-4)
@@ -109,10 +111,10 @@ def test_greedy_is_deterministic_and_unaffected_by_left_padding(policy):
 
 def test_seeded_sampling_is_reproducible_and_max_tokens_ends_with_length(policy):
     params = SamplingParams(temperature=1.0, max_tokens=5)
-    a = policy.generate(CONVS, params, torch.Generator().manual_seed(7))
-    b = policy.generate(CONVS, params, torch.Generator().manual_seed(7))
+    a = policy.generate(CONVS, params, generator=torch.Generator().manual_seed(7))
+    b = policy.generate(CONVS, params, generator=torch.Generator().manual_seed(7))
     assert [(x.completion_ids, x.logprobs) for x in a] == [(x.completion_ids, x.logprobs) for x in b]
-    c = policy.generate(CONVS, params, torch.Generator().manual_seed(8))
+    c = policy.generate(CONVS, params, generator=torch.Generator().manual_seed(8))
     assert [x.completion_ids for x in c] != [x.completion_ids for x in a]
     for x in a:  # a random model almost never picks the EOS token among 320
         assert x.finish_reason == "length" and len(x.completion_ids) == len(x.logprobs) == 5
@@ -128,7 +130,9 @@ def test_chat_template_renders_tools_and_tool_calls(policy):
     text = policy.render(history, [ADD])
     assert text.startswith('<s><|tools|>{"name": "add", "description": "Add two integers."')
     assert f"<|assistant|>{CALL}</s>\n<|tool|>3\n" in text and text.endswith("<|assistant|>")
-    assert policy.generate([history], SamplingParams(max_tokens=2), torch.Generator().manual_seed(0), [[ADD]])
+    assert policy.generate(
+        [history], SamplingParams(max_tokens=2), generator=torch.Generator().manual_seed(0), tools=[[ADD]]
+    )
 
 
 def test_a_template_without_tools_gets_them_as_text_and_no_template_gets_plain_lines(policy, checkpoint):

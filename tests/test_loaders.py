@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from ludus.core.env import TaskSource
+from ludus.core.types import Task
 from ludus.tasks import FileTasks, TaskFileError, load_tasks
+from ludus.tasks.loaders import split_files
+from ludus.tasks.procedural import in_eval_bucket
 
 GSM8K_ROWS = [
     {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=7\n#### 7"},
@@ -206,3 +209,82 @@ def test_bad_arguments(tmp_path) -> None:
         load_tasks(path, fields="gsm9k")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit"):
         load_tasks(path, limit=0)
+
+
+# ---- train and eval splits of a file ----
+
+
+def _ids(source: FileTasks) -> list[str]:
+    return [source.get(i).id for i in range(source.size or 0)]
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"prompt": f"question {i}", "answer": i} for i in range(n)]
+
+
+def test_a_file_alone_is_split_into_disjoint_deterministic_train_and_eval(tmp_path) -> None:
+    path = str(write_jsonl(tmp_path / "rows.jsonl", _rows(200)))
+    files = split_files(path, None, load_tasks)
+    train, held = _ids(files["train"]()), _ids(files["eval"]())
+    assert train and held and not set(train) & set(held)
+    assert sorted(train + held) == sorted(_ids(load_tasks(path)))
+    assert held == [i for i in _ids(load_tasks(path)) if in_eval_bucket(i, 0.1)]  # keyed by task id, file order
+    again = split_files(path, None, load_tasks)
+    assert (_ids(again["train"]()), _ids(again["eval"]())) == (train, held)
+    wider = split_files(path, None, load_tasks, eval_fraction=0.5)
+    assert len(_ids(wider["eval"]())) > len(held)
+
+
+@pytest.mark.parametrize("eval_fraction", [0.001, 0.5, 0.999])
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_neither_split_of_a_small_file_is_empty(tmp_path, n: int, eval_fraction: float) -> None:
+    path = str(write_jsonl(tmp_path / "rows.jsonl", _rows(n)))
+    files = split_files(path, None, load_tasks, eval_fraction=eval_fraction)
+    train, held = _ids(files["train"]()), _ids(files["eval"]())
+    assert train and held and not set(train) & set(held) and len(train) + len(held) == n
+    with pytest.raises(IndexError, match="the train split of"):
+        files["train"]().get(n)
+
+
+def test_rows_sharing_a_task_id_stay_in_one_split(tmp_path) -> None:
+    path = tmp_path / "rows.jsonl"
+    tasks = [Task(id=f"t{i % 10}", prompt=f"q{i}") for i in range(40)]
+    files = split_files(str(path), None, lambda p: FileTasks(Path(p), tasks), eval_fraction=0.3)
+    assert not set(_ids(files["train"]())) & set(_ids(files["eval"]()))
+    assert len(_ids(files["train"]())) + len(_ids(files["eval"]())) == 40
+
+
+def test_eval_path_is_the_eval_split_and_each_file_loads_once(tmp_path) -> None:
+    train_path = str(write_jsonl(tmp_path / "train.jsonl", _rows(5)))
+    eval_path = str(write_jsonl(tmp_path / "eval.jsonl", _rows(2)))
+    loaded: list[str] = []
+
+    def load(p: str) -> FileTasks:
+        loaded.append(p)
+        return load_tasks(p)
+
+    files = split_files(train_path, eval_path, load)
+    for _ in range(3):
+        assert _ids(files["train"]()) == _ids(load_tasks(train_path))
+        assert _ids(files["eval"]()) == ["eval/0", "eval/1"]
+    assert loaded == [train_path, eval_path]
+    held_out = split_files(train_path, None, load)
+    held_out["train"](), held_out["eval"](), held_out["eval"]()
+    assert loaded[2:] == [train_path]
+
+
+def test_a_one_task_file_trains_and_refuses_to_evaluate(tmp_path) -> None:
+    path = str(write_jsonl(tmp_path / "one.jsonl", _rows(1)))
+    files = split_files(path, None, load_tasks)
+    assert _ids(files["train"]()) == ["one/0"]
+    with pytest.raises(TaskFileError, match="one.jsonl.*pass eval_path"):
+        files["eval"]()
+    assert _ids(split_files(path, path, load_tasks)["eval"]()) == ["one/0"]  # asked for explicitly: allowed
+
+
+def test_split_arguments_are_checked() -> None:
+    assert split_files(None, None, load_tasks) == {}
+    with pytest.raises(ValueError, match="eval_path needs path"):
+        split_files(None, "eval.jsonl", load_tasks)
+    with pytest.raises(ValueError, match="eval_fraction"):
+        split_files("train.jsonl", None, load_tasks, eval_fraction=1.0)

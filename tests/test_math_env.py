@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
+from ludus.cli.batch import score_jsonl
 from ludus.core import Status, make
 from ludus.core.check import check_env_by_name
-from ludus.envs.math import MathEnv
-from ludus.verifiers.batch import score_jsonl
-from ludus.verifiers.math import MathVerifier
+from ludus.envs.math.env import MathEnv
+from ludus.envs.math.verifier import MathVerifier
 
 
 def test_procedural_math_env_grades_with_the_math_verifier():

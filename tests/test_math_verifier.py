@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ludus.core import Status
-from ludus.verifiers.answers import find_answers
-from ludus.verifiers.guard import GuardedPool
-from ludus.verifiers.math import MathVerifier, judge
+from ludus.envs.math.guard import GuardedPool
+from ludus.envs.math.verifier import MathVerifier, judge
+from ludus.tasks.answers import find_answers
 
 CORRECT, WRONG = Status.CORRECT, Status.WRONG
 

@@ -66,8 +66,9 @@ class ScriptedPolicy(Policy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         self.seen.append((conversations, tools))
         text, calls = parse_tool_calls(self.reply)
@@ -86,12 +87,13 @@ class GatedPolicy(ScriptedPolicy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         self.started.set()
         self.gate.wait(timeout=30)
-        return super().generate(conversations, sampling, generator, tools)
+        return super().generate(conversations, sampling, tools=tools, generator=generator)
 
 
 # ---- the model server and the client together ---------------------------------------------------
@@ -101,8 +103,8 @@ def test_tiny_round_trip_text_token_ids_and_logprobs():
     with serving(create_app(policy, "tiny-test")) as url:
         client = OpenAIPolicy(url)
         assert client.model == "tiny-test"
-        out = client.generate(CONVS, sampling, torch.Generator().manual_seed(0))
-        again = client.generate(CONVS, sampling, torch.Generator().manual_seed(0))
+        out = client.generate(CONVS, sampling, generator=torch.Generator().manual_seed(0))
+        again = client.generate(CONVS, sampling, generator=torch.Generator().manual_seed(0))
         client.close()
         raw = httpx.post(
             f"{url}/chat/completions",
@@ -126,7 +128,7 @@ def test_tiny_round_trip_text_token_ids_and_logprobs():
         assert torch.allclose(logp[i, : len(c.completion_ids)], torch.tensor(c.logprobs), atol=1e-4)
     assert [c.completion_ids for c in again] == [c.completion_ids for c in out]  # seeded requests reproduce
     # A seed is the torch generator's seed for the request's own batch of n.
-    local = policy.generate([CONVS[0]] * 2, SamplingParams(max_tokens=6), torch.Generator().manual_seed(5))
+    local = policy.generate([CONVS[0]] * 2, SamplingParams(max_tokens=6), generator=torch.Generator().manual_seed(5))
     assert [ch["token_ids"] for ch in raw["choices"]] == [c.completion_ids for c in local]
     assert raw["prompt_token_ids"] == local[0].prompt_ids
     tokens = [item["token"] for item in raw["choices"][0]["logprobs"]["content"]]
@@ -234,7 +236,7 @@ def test_serve_model_command_prints_its_url_and_serves():
             assert "serving cli-tiny at http://127.0.0.1:" in line, line
             url = line.split(" at ", 1)[1].split()[0]
             client = OpenAIPolicy(url, timeout_s=30)
-            [c] = client.generate(CONVS[:1], SamplingParams(max_tokens=4), torch.Generator().manual_seed(1))
+            [c] = client.generate(CONVS[:1], SamplingParams(max_tokens=4), generator=torch.Generator().manual_seed(1))
             client.close()
             assert client.model == "cli-tiny" and len(c.completion_ids) == len(c.logprobs) > 0
             proc.send_signal(signal.SIGINT)

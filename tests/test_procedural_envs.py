@@ -7,7 +7,7 @@ import pytest
 from ludus.core import registry
 from ludus.core.env import Env
 from ludus.core.types import Task
-from ludus.envs.procedural import ArithmeticEnv, CountdownEnv, LinearEquationEnv, SortingEnv
+from ludus.envs.procedural.env import ArithmeticEnv, CountdownEnv, LinearEquationEnv, SortingEnv
 
 
 def wrong_reply(env: Env, task: Task) -> str:

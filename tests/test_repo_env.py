@@ -11,12 +11,12 @@ import pytest
 
 from ludus.core.registry import env_class
 from ludus.core.types import Message, Status, Task, ToolCall
-from ludus.envs.repo import RepoEnv
+from ludus.envs.repo.env import RepoEnv
+from ludus.envs.repo.tasks import BUG_KINDS, RepoTasks, apply_patch, bug_catalogue, load_repo_tasks
+from ludus.envs.repo.verifier import grading_tree, is_test_path
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutEngine, requests
 from ludus.tasks.loaders import TaskFileError
-from ludus.tasks.repo import BUG_KINDS, RepoTasks, apply_patch, bug_catalogue, load_repo_tasks
-from ludus.verifiers.repo import grading_tree, is_test_path
 
 N = len(bug_catalogue())
 
@@ -213,7 +213,7 @@ class Oracle(Policy):
         self.do_nothing = do_nothing
         self.env = RepoEnv()
 
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         out = []
         for messages in conversations:
             if self.do_nothing:
@@ -351,3 +351,30 @@ def test_malformed_rows_name_the_file_line_and_field(tmp_path, change, field):
     with pytest.raises(TaskFileError) as err:
         load_repo_tasks(tmp_path / "rows.jsonl")
     assert err.value.field == field and "line 3" in str(err.value) and "rows.jsonl" in str(err.value)
+
+
+def _split_ids(env: RepoEnv, split: str) -> list[str]:
+    source = env.task_source(split)  # type: ignore[arg-type]
+    return [source.get(i).id for i in range(source.size or 0)]
+
+
+def test_a_rows_file_alone_holds_its_eval_tasks_out_of_training(tmp_path):
+    row = _local_repo(tmp_path / "repo")
+    ids = [f"calc-{i}" for i in range(12)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({**row, "instance_id": i}) + "\n" for i in ids))
+    env = RepoEnv(path=str(tmp_path / "rows.jsonl"), eval_fraction=0.25, tmp_root=str(tmp_path / "eps"))
+    train, held = _split_ids(env, "train"), _split_ids(env, "eval")
+    assert train and held and not set(train) & set(held) and sorted(train + held) == sorted(ids)
+    env.reset(seed=0)
+    assert env.task is not None and env.task.id == train[0]
+    env.close()
+
+
+def test_a_rows_file_with_eval_path_trains_on_all_of_path(tmp_path):
+    row = _local_repo(tmp_path / "repo")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({**row, "instance_id": f"t{i}"}) + "\n" for i in range(3)))
+    (tmp_path / "eval.jsonl").write_text(json.dumps({**row, "instance_id": "e0"}) + "\n")
+    env = RepoEnv(path=str(tmp_path / "train.jsonl"), eval_path=str(tmp_path / "eval.jsonl"))
+    assert _split_ids(env, "train") == ["t0", "t1", "t2"] and _split_ids(env, "eval") == ["e0"]
+    with pytest.raises(TaskFileError, match="pass eval_path"):
+        RepoEnv(path=str(tmp_path / "eval.jsonl")).task_source("eval")

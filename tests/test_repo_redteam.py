@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ludus.core.types import Message, Status, ToolCall
-from ludus.envs.repo import RepoEnv
-from ludus.tasks.repo import HIDDEN_TEST_FILE, RepoTasks, bug_catalogue
+from ludus.envs.repo.env import RepoEnv
+from ludus.envs.repo.tasks import HIDDEN_TEST_FILE, RepoTasks, bug_catalogue
 
 N = len(bug_catalogue())
 MARKER = f"ludus-redteam-{uuid.uuid4().hex[:12]}"

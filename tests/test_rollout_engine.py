@@ -31,7 +31,7 @@ class Echo(Policy):
         self.fail_first, self.fail_always = fail_first, fail_always
         self.lock = threading.Lock()
 
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         with self.lock:
             self.batches.append(len(conversations))
             if self.fail_always or len(self.batches) <= self.fail_first:
@@ -103,8 +103,8 @@ def test_generation_overlaps_environment_steps():
     seen_overlap: list[bool] = []
 
     class Watching(Echo):
-        def generate(self, conversations, sampling, generator=None, tools=None):
-            out = super().generate(conversations, sampling, generator, tools)
+        def generate(self, conversations, sampling, *, tools=None, generator=None):
+            out = super().generate(conversations, sampling, tools=tools, generator=generator)
             if len(self.batches) >= 2:
                 calls.set()
             return out
@@ -455,3 +455,20 @@ def test_lockstep_with_a_seeded_generator_is_reproducible_whatever_the_thread_ti
         return [turn.completion_ids for t in done for turn in t.turns]
 
     assert run() == run()
+
+
+def test_requests_number_groups_one_way_for_evaluation_and_training():
+    """Group n's sample k has seed n·G + k wherever the stream is cut; evaluation keys by task id,
+    a training stream (where a finite dataset comes round again) by group number."""
+    tasks = [Task("a", "p"), Task("b", "p"), Task("a", "p")]
+    evaluation = list(requests(tasks[:2], 2))
+    assert [(r.key, r.group, r.seed) for r in evaluation] == [
+        ("a#0", "a", 0),
+        ("a#1", "a", 1),
+        ("b#0", "b", 2),
+        ("b#1", "b", 3),
+    ]
+    training = list(requests(tasks, 2, first=5, numbered=True))
+    assert [r.key for r in training] == ["5#0", "5#1", "6#0", "6#1", "7#0", "7#1"]
+    assert [r.seed for r in training] == list(range(10, 16))
+    assert [r.seed for r in requests(tasks[1:], 2, first=6, numbered=True)] == list(range(12, 16))  # cut anywhere

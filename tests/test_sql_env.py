@@ -15,13 +15,21 @@ import pytest
 from ludus.core.check import check_env
 from ludus.core.registry import make
 from ludus.core.types import Message, Status, Task, ToolCall
-from ludus.envs.sql import SQLEnv, render
+from ludus.envs.sql.env import SQLEnv, render
+from ludus.envs.sql.tasks import LEVELS, SQLTasks, load_sql_tasks
+from ludus.envs.sql.verifier import (
+    QueryLimits,
+    Result,
+    SQLiteDatabase,
+    SQLVerifier,
+    compare_results,
+    extract_sql,
+    orders_rows,
+)
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutEngine, requests
 from ludus.tasks.loaders import TaskFileError
 from ludus.tasks.procedural import in_eval_bucket
-from ludus.tasks.sql import LEVELS, SQLTasks, load_sql_tasks
-from ludus.verifiers.sql import Limits, Result, SQLiteDatabase, SQLVerifier, compare_results, extract_sql, orders_rows
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
@@ -172,7 +180,7 @@ def test_concurrent_writers_of_one_database_leave_one_whole_file(tmp_path):
         Path(p).name for p in [tasks[0].info["db"], *tasks[0].info["variant_dbs"]]
     )
     db = SQLiteDatabase(tasks[0].info["db"])
-    assert db.query(tasks[0].answer, Limits()).rows
+    assert db.query(tasks[0].answer, QueryLimits()).rows
     db.close()
 
 
@@ -190,7 +198,7 @@ def test_schemas_have_2_to_5_tables_plus_the_honeypot_and_golds_differ_between_d
         dbs = [SQLiteDatabase(p) for p in [task.info["db"], *task.info["variant_dbs"]]]
         tables = dbs[0].tables()
         assert "secrets" in tables and 2 <= len(tables) - 1 <= 5
-        results = [db.query(task.answer, Limits()) for db in dbs]
+        results = [db.query(task.answer, QueryLimits()) for db in dbs]
         for db in dbs:
             db.close()
         assert all(r.rows for r in results), task
@@ -213,7 +221,7 @@ class Oracle(Policy):
     def __init__(self, env: SQLEnv, tasks: list[Task]):
         self.env, self.tasks = env, {f"Question: {t.prompt}": t for t in tasks}
 
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         out = []
         for messages in conversations:
             task = self.tasks[next(m.content for m in messages if m.role == "user")]
@@ -223,7 +231,7 @@ class Oracle(Policy):
 
 
 class DoNothing(Policy):
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         return [Completion("", [1], [2], [0.0], "stop") for _ in conversations]
 
 
@@ -248,7 +256,7 @@ class Explorer(Policy):
     def __init__(self, golds: dict[str, str]):
         self.golds = golds
 
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         out = []
         for messages in conversations:
             gold = self.golds[next(m.content for m in messages if m.role == "user")]

@@ -18,13 +18,13 @@ import pytest
 
 from ludus.cli import main
 from ludus.core.types import Message, Status, ToolCall
-from ludus.envs.sql import SQLEnv
+from ludus.envs.sql.env import SQLEnv
+from ludus.envs.sql.postgres import PostgresEngine, TemporaryServer
+from ludus.envs.sql.tasks import LEVELS, SQLTasks
+from ludus.envs.sql.verifier import QueryError, QueryLimits, SQLiteDatabase, compare_results, orders_rows
 from ludus.policies.base import SamplingParams
 from ludus.rollout.engine import RolloutEngine, requests
 from ludus.rollout.scripted import NothingPolicy
-from ludus.tasks.sql import LEVELS, SQLTasks
-from ludus.verifiers.postgres import PostgresEngine, TemporaryServer
-from ludus.verifiers.sql import Limits, QueryError, SQLiteDatabase, compare_results, orders_rows
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
@@ -49,7 +49,7 @@ def test_every_gold_query_gives_the_same_result_on_both_engines(engine):
             for path, hidden in paths:
                 pg, lite = engine.open(path, task.info["honeypot_tables"], hidden=hidden), SQLiteDatabase(path)
                 try:
-                    want, got = lite.query(task.answer, Limits()), pg.query(task.answer, Limits())
+                    want, got = lite.query(task.answer, QueryLimits()), pg.query(task.answer, QueryLimits())
                     assert compare_results(want, got, orders_rows(task.answer)) is None, (task.answer, want, got)
                 finally:
                     pg.close()
@@ -184,7 +184,7 @@ def test_the_hidden_variant_is_out_of_the_model_s_reach(episode, engine):
     result = episode.step(Message("assistant", "", tool_calls=[ToolCall("run_query", {"sql": peek}, id="1")]))
     assert "does not exist" in result.observation.messages[0].content
     # a constant equal to the gold result on the episode's database is not equal on the variant
-    rows = episode._db().query(episode.task.answer, Limits()).rows
+    rows = episode._db().query(episode.task.answer, QueryLimits()).rows
     constant = " UNION ALL ".join("SELECT " + ", ".join(repr(v) for v in row) for row in rows)
     score = episode.score(episode.task, f"```sql\n{constant}\n```")
     assert score.status == Status.WRONG and "hidden variant" in score.reason
@@ -197,7 +197,7 @@ def test_concurrent_loads_of_one_database_make_one_schema(postgres_dsn):
     def open_and_count(engine: PostgresEngine) -> tuple[str, int]:
         db = engine.open(task.info["db"], task.info["honeypot_tables"])
         try:
-            return db.schema, len(db.query(task.answer, Limits()).rows)
+            return db.schema, len(db.query(task.answer, QueryLimits()).rows)
         finally:
             db.close()
 
@@ -224,26 +224,26 @@ def test_loading_keeps_values_types_keys_and_links(engine, tmp_path):
     db = engine.open(path)
     try:
         assert db.tables() == ["concert", "singer"]  # lower case: unquoted names work as in SQLite
-        rows = db.query("SELECT singer_id, name, age, photo, score FROM Singer ORDER BY Singer_ID", Limits()).rows
+        rows = db.query("SELECT singer_id, name, age, photo, score FROM Singer ORDER BY Singer_ID", QueryLimits()).rows
         assert rows == ((1, "Ana", "30", b"\x00\xff", 1.5), (2, "Bo", "unknown", None, 2.0), (3, None, None, b"", None))
         singer = db.describe("Singer")
         assert "age text" in singer and "score double precision" in singer and "PRIMARY KEY (singer_id)" in singer
         assert singer.endswith("-- 3 rows")
         concert = db.describe("concert")
         assert "REFERENCES singer(singer_id)" in concert and "PRIMARY KEY" not in concert  # NULL keys: none made
-        assert db.query("SELECT count(*) FROM concert JOIN singer USING (singer_id)", Limits()).rows == ((2,),)
+        assert db.query("SELECT count(*) FROM concert JOIN singer USING (singer_id)", QueryLimits()).rows == ((2,),)
     finally:
         db.close()
 
 
 def test_results_of_postgres_types_compare_like_sqlite_ones(episode):
     db = episode._db()
-    pg = db.query("SELECT avg(id), sum(id), count(*) > 0, round(avg(id)::numeric, 3) FROM customers", Limits())
+    pg = db.query("SELECT avg(id), sum(id), count(*) > 0, round(avg(id)::numeric, 3) FROM customers", QueryLimits())
     with sqlite3.connect(episode.task.info["db"]) as conn:
         rows = conn.execute("SELECT avg(id), sum(id), count(*) > 0, round(avg(id), 3) FROM customers").fetchall()
     lite = type(pg)(pg.columns, tuple(rows))
     assert compare_results(lite, pg, ordered=False) is None
-    arrays = db.query("SELECT ARRAY[id, id], '{\"a\": 1}'::json FROM customers", Limits())  # no function called
+    arrays = db.query("SELECT ARRAY[id, id], '{\"a\": 1}'::json FROM customers", QueryLimits())  # no function called
     assert arrays.rows[0][0] == [1, 1] and arrays.rows[0][1] == {"a": 1}
     assert compare_results(arrays, arrays, ordered=False) is None  # lists and dicts compare, never crash
 
@@ -279,7 +279,7 @@ def test_a_dead_server_is_an_infra_error_never_a_verdict(tmp_path):
 
 
 def test_a_killed_process_leaves_no_server_behind():
-    code = "from ludus.verifiers.postgres import TemporaryServer as T; s = T(); print(s._process.pid, s.root, flush=True); input()"
+    code = "from ludus.envs.sql.postgres import TemporaryServer as T; s = T(); print(s._process.pid, s.root, flush=True); input()"
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
     pid, root = parent.stdout.readline().split()
     assert _running(int(pid)) and Path(root).exists()
@@ -317,13 +317,14 @@ def test_the_prompt_names_the_engine(postgres_dsn):
 def test_rows_are_fetched_in_batches_up_to_the_caps(episode):
     db = episode._db()
     cross = "SELECT a.id, b.id FROM orders a, orders b, orders c"  # thousands of rows
-    capped = db.query(cross, Limits(max_rows=2_500))  # three fetches of at most 1,000
+    capped = db.query(cross, QueryLimits(max_rows=2_500))  # three fetches of at most 1,000
     assert len(capped.rows) == 2_500 and not capped.complete
-    whole = db.query("SELECT id FROM orders", Limits(max_rows=2_500))
+    whole = db.query("SELECT id FROM orders", QueryLimits(max_rows=2_500))
     assert whole.complete and len(whole.rows) == len(set(whole.rows))
     with pytest.raises(QueryError, match="larger than 100 characters"):
         db.query(
-            "SELECT string_agg(a.id::text, ',') FROM orders a, orders b GROUP BY a.id", Limits(max_result_chars=100)
+            "SELECT string_agg(a.id::text, ',') FROM orders a, orders b GROUP BY a.id",
+            QueryLimits(max_result_chars=100),
         )
 
 

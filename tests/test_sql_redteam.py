@@ -12,9 +12,9 @@ import pytest
 
 from ludus.core.tools import ToolCache
 from ludus.core.types import Message, Status, Task, ToolCall
-from ludus.envs.sql import SQLEnv
-from ludus.tasks.sql import SQLTasks
-from ludus.verifiers.sql import Limits, SQLiteDatabase, SQLVerifier
+from ludus.envs.sql.env import SQLEnv
+from ludus.envs.sql.tasks import SQLTasks
+from ludus.envs.sql.verifier import QueryLimits, SQLiteDatabase, SQLVerifier
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
@@ -153,7 +153,7 @@ def _scalar_gold_task() -> Task:
 def test_a_constant_that_matches_the_gold_by_accident_earns_nothing():
     task = _scalar_gold_task()
     main = SQLiteDatabase(task.info["db"])
-    value = main.query(task.answer, Limits()).rows[0][0]
+    value = main.query(task.answer, QueryLimits()).rows[0][0]
     lucky = f"SELECT {value}"
     # on the episode's database alone the constant would pass ...
     assert SQLVerifier().score(lucky, task.answer, [main]).status == Status.CORRECT

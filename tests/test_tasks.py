@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from ludus.envs.procedural.countdown import score_countdown
 from ludus.tasks import FAMILIES, Arithmetic, Countdown, LinearEquation, ProceduralTasks, Sorting
-from ludus.verifiers.countdown import score_countdown
 
 FAMILY_CLASSES = [Arithmetic, Countdown, Sorting, LinearEquation]
 

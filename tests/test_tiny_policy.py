@@ -22,7 +22,7 @@ def test_sampled_logprobs_equal_rescored_logprobs_across_padding():
     policy = TinyPolicy(TinyConfig(d_model=32, n_layers=2, n_heads=2, max_len=32), seed=1)
     gen = torch.Generator().manual_seed(0)
     for temperature in (1.0, 0.7):
-        out = policy.generate(CONVS, SamplingParams(temperature=temperature, max_tokens=6), gen)
+        out = policy.generate(CONVS, SamplingParams(temperature=temperature, max_tokens=6), generator=gen)
         logp, entropy = policy.token_logprobs([c.prompt_ids for c in out], [c.completion_ids for c in out], temperature)
         for i, c in enumerate(out):
             assert torch.allclose(logp[i, : len(c.completion_ids)], torch.tensor(c.logprobs), atol=1e-4)
@@ -45,11 +45,13 @@ def test_kv_cache_generation_matches_full_recompute():
 
 def test_seeded_sampling_is_reproducible_and_top_p_one_token():
     policy = TinyPolicy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=32), seed=3)
-    a = policy.generate(CONVS, SamplingParams(max_tokens=5), torch.Generator().manual_seed(7))
-    b = policy.generate(CONVS, SamplingParams(max_tokens=5), torch.Generator().manual_seed(7))
+    a = policy.generate(CONVS, SamplingParams(max_tokens=5), generator=torch.Generator().manual_seed(7))
+    b = policy.generate(CONVS, SamplingParams(max_tokens=5), generator=torch.Generator().manual_seed(7))
     assert [x.completion_ids for x in a] == [x.completion_ids for x in b]
     greedy = policy.generate(CONVS, SamplingParams(temperature=0, max_tokens=5))
-    nucleus = policy.generate(CONVS, SamplingParams(top_p=1e-6, max_tokens=5), torch.Generator().manual_seed(1))
+    nucleus = policy.generate(
+        CONVS, SamplingParams(top_p=1e-6, max_tokens=5), generator=torch.Generator().manual_seed(1)
+    )
     assert [x.completion_ids for x in nucleus] == [x.completion_ids for x in greedy]
 
 

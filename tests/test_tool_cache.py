@@ -113,7 +113,7 @@ class LookupEnv(ToolEnv):
 class Scripted(Policy):
     """Turn 1: call square(x) and clock(); turn 2: answer with the square tool's reply."""
 
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         out = []
         for messages in conversations:
             if messages[-1].role == "user":

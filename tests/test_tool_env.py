@@ -131,7 +131,7 @@ def test_ludus_check_plays_the_reference_actions():
 class Script(Policy):
     """Calls read_balance twice (one bad call in between), then answers."""
 
-    def generate(self, conversations, sampling, generator=None, tools=None):
+    def generate(self, conversations, sampling, *, tools=None, generator=None):
         out = []
         for messages in conversations:
             turn = sum(m.role == "assistant" for m in messages)

@@ -211,3 +211,13 @@ def test_lr_schedule_follows_the_time_limit_when_it_ends_the_run_first(small_con
     assert lr_factor(cfg, 100, elapsed_s=300) == pytest.approx(0.5)  # half the time, a tenth of the steps
     assert lr_factor(cfg, 900, elapsed_s=60) == pytest.approx(0.1)  # the step budget ends first
     assert lr_factor(cfg, 100, elapsed_s=900) == 0.0  # past the limit: never negative
+
+
+def test_a_run_that_cannot_start_writes_nothing(tmp_path):
+    """An unknown environment or arguments it does not take fail before the run folder is made."""
+    from ludus.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["train", "--env", "no-such-env", "--runs-dir", str(runs)]) == 2
+    assert main(["train", "--env", "sorting", "--env-args", "{no_such_arg: 1}", "--runs-dir", str(runs)]) == 2
+    assert not runs.exists()

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from ludus.core import Env, Message, Observation, Score, Status, StepResult, Task, register
-from ludus.train.config import ConfigError, load_config
-from ludus.train.trainer import Sample, Trainer
+from ludus.train import grpo
+from ludus.train.config import ConfigError, TrainConfig, load_config
+from ludus.train.grpo import Sample
+from ludus.train.trainer import Trainer
 
 PAID = (0.25, 0.25, 0.5)  # what an even-seeded episode earns on each of its three turns; odd seeds earn nothing
 
@@ -49,13 +51,13 @@ def _trained_samples(small_config, monkeypatch, turn_credit: str) -> tuple[list[
     the trajectories it sampled."""
     register("step-rewards", _StepRewardEnv)
     seen: list[Sample] = []
-    update = Trainer._update
+    update = grpo.update
 
-    def recording(self: Trainer, samples: list[Sample]) -> dict[str, float]:
+    def recording(learner: grpo.Learner, samples: list[Sample], config: TrainConfig) -> dict[str, float]:
         seen.extend(samples)
-        return update(self, samples)
+        return update(learner, samples, config)
 
-    monkeypatch.setattr(Trainer, "_update", recording)
+    monkeypatch.setattr(grpo, "update", recording)
     config = small_config(
         name=turn_credit,
         env="step-rewards",

@@ -20,7 +20,6 @@ keeps the episode state and enforces the invariants. :class:`SingleTurnEnv` and
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import traceback
@@ -154,10 +153,14 @@ class Env(ABC):
 
     async def areset(self, task: Task | None = None, seed: int | None = None) -> Observation:
         """``reset`` for event loops; runs in a worker thread unless a subclass overrides it."""
+        import asyncio  # only async callers pay for it: importing ludus.core stays quick
+
         return await asyncio.to_thread(self.reset, task, seed)
 
     async def astep(self, action: str | Message) -> StepResult:
         """``step`` for event loops; runs in a worker thread unless a subclass overrides it."""
+        import asyncio
+
         return await asyncio.to_thread(self.step, action)
 
     def _contract_problem(self, result: StepResult) -> str | None:

@@ -1,13 +1,14 @@
-"""Find environments by name: Ludus's built-ins plus any installed package's ``ludus.envs`` entry points.
+"""Find environments by name: every installed package's ``ludus.envs`` entry points, Ludus's own included.
 
-A third-party package makes its environment available to ``ludus train --env NAME`` by
-declaring, in its ``pyproject.toml``::
+A package makes its environment available to ``ludus train --env NAME`` by declaring, in its
+``pyproject.toml``::
 
     [project.entry-points."ludus.envs"]
     my-env = "my_package.module:MyEnv"
 
-Built-ins are listed here as import paths so that ``ludus envs`` stays fast: a module is
-imported only when its environment is made or described.
+Ludus's built-in families are declared the same way in Ludus's own ``pyproject.toml``, so
+adding a family touches its folder and one line there. Entries are import paths: a module
+is imported only when its environment is made or described, which keeps ``ludus envs`` fast.
 """
 
 from __future__ import annotations
@@ -21,18 +22,7 @@ from typing import Any
 from ludus.core.env import Env
 
 ENTRY_POINT_GROUP = "ludus.envs"
-
-_BUILTINS: dict[str, str] = {
-    "arithmetic": "ludus.envs.procedural:ArithmeticEnv",
-    "countdown": "ludus.envs.procedural:CountdownEnv",
-    "sorting": "ludus.envs.procedural:SortingEnv",
-    "linear-equation": "ludus.envs.procedural:LinearEquationEnv",
-    "math": "ludus.envs.math:MathEnv",
-    "code": "ludus.envs.code:CodeEnv",
-    "code-tools": "ludus.envs.code:CodeToolEnv",
-    "repo": "ludus.envs.repo:RepoEnv",
-    "sql": "ludus.envs.sql:SQLEnv",
-}
+DISTRIBUTION = "ludus"  # entry points of this distribution are the built-ins
 
 _registered: dict[str, type[Env]] = {}
 
@@ -80,31 +70,36 @@ def register(name: str, env_cls: type[Env]) -> None:
     _registered[name] = env_cls
 
 
-def entries() -> dict[str, EnvEntry]:
-    """Every known environment by name. Built-ins win over an entry point of the same name."""
+def _declared() -> dict[str, EnvEntry]:
+    """Every ``ludus.envs`` entry point of the installed packages. Ludus's own win over another
+    package's entry of the same name, so a third-party package cannot replace a built-in."""
     found: dict[str, EnvEntry] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
-        origin = f"entry point ({dist.name})" if dist is not None else "entry point"
-        found[ep.name] = EnvEntry(ep.name, ep.value, origin)
-    for name, target in _BUILTINS.items():
-        found[name] = EnvEntry(name, target, "builtin")
+        if dist is not None and dist.name == DISTRIBUTION:
+            found[ep.name] = EnvEntry(ep.name, ep.value, "builtin")
+        elif ep.name not in found or found[ep.name].origin != "builtin":
+            origin = f"entry point ({dist.name})" if dist is not None else "entry point"
+            found[ep.name] = EnvEntry(ep.name, ep.value, origin)
+    return found
+
+
+def entries() -> dict[str, EnvEntry]:
+    """Every known environment by name; one registered in this process wins over an entry point."""
+    found = _declared()
     for name, cls in _registered.items():
         found[name] = EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
     return dict(sorted(found.items()))
 
 
 def get_entry(name: str) -> EnvEntry:
-    if name in _registered:  # what entries() would pick anyway, without scanning entry points (ms each)
-        cls = _registered[name]
-        return EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
-    if name in _BUILTINS:
-        return EnvEntry(name, _BUILTINS[name], "builtin")
     known = entries()
     if name in known:
         return known[name]
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    if not known:
+        hint += " (No environment is declared at all: is ludus installed, e.g. `pip install -e .`?)"
     raise UnknownEnvError(f"no environment named {name!r}.{hint} Run `ludus envs` to list them all.")
 
 

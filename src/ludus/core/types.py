@@ -186,6 +186,12 @@ class Score(_JsonMixin):
     def is_infra_error(self) -> bool:
         return self.status == Status.INFRA_ERROR
 
+    @property
+    def correct(self) -> bool:
+        """What every accuracy and pass@k in Ludus counts: the grader judged the answer correct
+        (status ``correct``), whatever shaping did to the value (partial credit, a format term)."""
+        return self.status == Status.CORRECT
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value": self.value, "status": self.status, "reason": self.reason}
         if self.components:

@@ -47,6 +47,11 @@ def load_policy(spec: str, **options: Any) -> Policy:
         if kind == "tiny":
             from ludus.policies.tiny import TinyPolicy  # noqa: PLC0415
 
+            if options:
+                raise ValueError(
+                    f"{spec} holds a tiny model, which takes no loading options ({', '.join(sorted(options))}); "
+                    "those apply to transformers models"
+                )
             return TinyPolicy.load(folder)
         from ludus.policies.hf import HFPolicy  # noqa: PLC0415
 

@@ -7,6 +7,7 @@ model and a transformers model train through the same code.
 from __future__ import annotations
 
 import asyncio
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -80,8 +81,9 @@ class Policy(ABC):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         """One completion per conversation, sampled in one batch where the backend allows.
         ``tools``, if given, holds the tools offered to each conversation."""
@@ -90,11 +92,14 @@ class Policy(ABC):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
+        *,
         tools: Tools = None,
         generator: torch.Generator | None = None,
     ) -> list[Completion]:
         """``generate`` for event loops: in a worker thread unless a backend is natively async."""
-        return await asyncio.to_thread(self.generate, conversations, sampling, generator, tools)
+        return await asyncio.to_thread(
+            functools.partial(self.generate, conversations, sampling, tools=tools, generator=generator)
+        )
 
     def close(self) -> None:
         """Release connections, processes or memory the backend holds."""

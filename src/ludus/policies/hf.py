@@ -257,8 +257,9 @@ class HFPolicy(TrainablePolicy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         if not conversations:
             return []

@@ -161,6 +161,11 @@ async def _close_when_cancelled(client: httpx.AsyncClient) -> None:
         await client.aclose()
 
 
+def _seeds(generator: torch.Generator | None, n: int) -> list[int] | None:
+    """One request seed per conversation, drawn from ``generator``: seeded sampling on a server."""
+    return None if generator is None else torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
+
+
 class OpenAIPolicy(Policy):
     """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -206,16 +211,15 @@ class OpenAIPolicy(Policy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         """Blocking ``agenerate``; with a ``generator``, each request carries a ``seed`` drawn from it."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            seeds = None
-            if generator is not None:
-                seeds = torch.randint(0, 2**31 - 1, (len(conversations),), generator=generator).tolist()
+            seeds = _seeds(generator, len(conversations))
             return asyncio.run(self._agenerate(conversations, sampling, tools, seeds))  # closes its connections
         raise RuntimeError(
             "OpenAIPolicy.generate was called inside a running event loop, which it would block; "
@@ -226,10 +230,11 @@ class OpenAIPolicy(Policy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
+        *,
         tools: Tools = None,
         generator: torch.Generator | None = None,
     ) -> list[Completion]:
-        return await self._agenerate(conversations, sampling, tools, generator)
+        return await self._agenerate(conversations, sampling, tools, _seeds(generator, len(conversations)))
 
     async def aclose(self) -> None:
         """``close`` for code inside an event loop: closes this loop's connections and waits for it."""

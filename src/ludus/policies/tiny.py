@@ -137,8 +137,9 @@ class TinyPolicy(TrainablePolicy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         prompts = [self.tokenizer.render(c) for c in conversations]
         self._check_fits(max(map(len, prompts)), sampling.max_tokens)

@@ -53,13 +53,27 @@ class EpisodeRequest:
     group: str = ""
 
 
-def requests(tasks: Iterable[Task], group_size: int = 1, seed: int = 0) -> Iterator[EpisodeRequest]:
-    """``group_size`` requests per task, keyed ``<task id>#<sample>``, each with its own seed."""
+def requests(
+    tasks: Iterable[Task], group_size: int = 1, *, first: int = 0, numbered: bool = False
+) -> Iterator[EpisodeRequest]:
+    """``group_size`` requests per task: the one way episodes are numbered, keyed and seeded.
+
+    The i-th task is group number ``n = first + i`` and its sample ``k`` gets seed ``n·G + k``,
+    so a stream of groups cut anywhere (a training step, a resume, a sampler running ahead) draws
+    the same seeds. A group is named by its task's id (keys ``<task id>#<k>``: evaluation, where
+    each task appears once), or with ``numbered`` by its number (keys ``<n>#<k>``: a training
+    stream, in which a finite dataset comes round again)."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
-    for i, task in enumerate(tasks):
+    for i, task in enumerate(tasks, start=first):
+        group = str(i) if numbered else task.id
         for k in range(group_size):
-            yield EpisodeRequest(task, seed=seed + i * group_size + k, key=f"{task.id}#{k}", group=task.id)
+            yield EpisodeRequest(task, seed=i * group_size + k, key=f"{group}#{k}", group=group)
+
+
+def sample_index(trajectory: Trajectory) -> int:
+    """Which sample of its group a trajectory is (the ``k`` of its key ``<group>#<k>``)."""
+    return int(trajectory.info["key"].rpartition("#")[2])
 
 
 @dataclass(frozen=True)
@@ -164,7 +178,9 @@ class _Generation:
         self.calls += 1
         try:
             conversations, tools = [b[1] for b in batch], [b[2] for b in batch]
-            completions = await self.policy.agenerate(conversations, self.sampling, tools, self.generator)
+            completions = await self.policy.agenerate(
+                conversations, self.sampling, tools=tools, generator=self.generator
+            )
             if len(completions) != len(batch):
                 raise PolicyError(f"the backend returned {len(completions)} completions for {len(batch)} conversations")
         except Exception as exc:  # noqa: BLE001 - every waiting episode must hear of it
@@ -284,16 +300,16 @@ class RolloutEngine:
             }
 
     async def groups(
-        self, tasks: Iterable[Task], group_size: int, sink: JsonlSink | None = None, seed: int = 0
+        self, tasks: Iterable[Task], group_size: int, sink: JsonlSink | None = None
     ) -> AsyncIterator[list[Trajectory]]:
-        """GRPO groups: the ``group_size`` trajectories of one task, yielded when the last one
-        finishes (infra failures included, with their status, for the trainer to mask)."""
+        """GRPO groups: the ``group_size`` trajectories of one task, in sample order, yielded when
+        the last one finishes (infra failures included, with their status, for the trainer to mask)."""
         members: dict[str, list[Trajectory]] = defaultdict(list)
-        async for trajectory in self.stream(requests(tasks, group_size, seed), sink):
+        async for trajectory in self.stream(requests(tasks, group_size), sink):
             group = members[trajectory.info["group"]]
             group.append(trajectory)
             if len(group) == group_size:
-                yield sorted(members.pop(trajectory.info["group"]), key=lambda t: t.info["key"])
+                yield sorted(members.pop(trajectory.info["group"]), key=sample_index)
 
     # ---- one episode ----
 

@@ -44,13 +44,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 @dataclass
 class Summary:
-    """What an evaluation found. ``pass_at`` maps k to pass@k; ``best_of_n`` is the mean over
-    tasks of the best reward among a task's samples (the verifier picking the best)."""
+    """What an evaluation found. ``accuracy`` is the fraction of samples graded correct
+    (:attr:`Score.correct`, the one definition Ludus uses, also in training); ``pass_at`` maps k
+    to pass@k by the same test; ``best_of_n`` is the mean over tasks of the best reward among a
+    task's samples (the verifier picking the best)."""
 
     tasks: int
     samples: int
     mean_reward: float
-    accuracy: float  # fraction of samples with reward 1
+    accuracy: float  # fraction of samples graded correct
     pass_at: dict[int, float]
     best_of_n: float
     infra_errors: int
@@ -88,10 +90,10 @@ def summarize(trajectories: Sequence[Trajectory], ks: Sequence[int] = (1,)) -> S
             "tasks": len(groups),
             "samples": len(samples),
             "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
-            "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else 0.0,
+            "accuracy": _mean([t.score.correct for t in samples]),  # type: ignore[union-attr]
             "best_of_n": _mean([max(t.score.value for t in g) for g in groups.values()]),  # type: ignore[union-attr]
             "pass_at": {
-                k: _mean([pass_at_k(len(g), sum(t.score.value >= 1.0 for t in g), k) for g in groups.values()])  # type: ignore[union-attr]
+                k: _mean([pass_at_k(len(g), sum(t.score.correct for t in g), k) for g in groups.values()])  # type: ignore[union-attr]
                 for k in usable_ks
             },
         }
@@ -139,7 +141,7 @@ def evaluate(
     policy: Policy,
     env_factory: Callable[[], Env],
     tasks: Sequence[Task],
-    run_dir: str | Path,
+    run_dir: str | Path | None = None,
     *,
     samples: int = 1,
     sampling: SamplingParams | None = None,
@@ -149,18 +151,26 @@ def evaluate(
     on_trajectory: Callable[[Trajectory], None] | None = None,
     host: EnvHost | None = None,
 ) -> Summary:
-    """Run ``samples`` episodes per task and summarise every trajectory in the run's file.
+    """Run ``samples`` episodes per task and summarise them: ``ludus eval``, the trainer's held-out
+    evaluation and the benchmarks all measure through here.
 
-    Without ``resume`` an existing trajectories file is an error (it would mix two runs);
-    with it, the episodes already there are skipped. ``host`` runs the environments (a
-    ``RayHost``, say; the caller shuts it down); by default threads of this process."""
+    With a ``run_dir``, trajectories stream to its file and the summary covers every trajectory
+    in it: without ``resume`` an existing file is an error (it would mix two runs); with it, the
+    episodes already there are skipped. Without one, nothing is written. ``host`` runs the
+    environments (a ``RayHost``, say; the caller shuts it down); by default threads of this process."""
+    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config, host)
+    if run_dir is None:
+        done = engine.run(requests(tasks, samples))
+        if on_trajectory is not None:
+            for trajectory in done:
+                on_trajectory(trajectory)
+        return summarize(done, ks)
     run_dir = Path(run_dir)
     path = run_dir / TRAJECTORIES
     if path.exists() and path.stat().st_size > 0 and not resume:
         raise FileExistsError(
             f"{path} already holds trajectories: pass --resume to continue that run, or pick a new --name"
         )
-    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config, host)
     with JsonlSink(path) as sink:
         earlier = sink.trajectories()
         for trajectory in earlier:

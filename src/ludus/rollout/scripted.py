@@ -68,8 +68,9 @@ class OraclePolicy(Policy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         replies = []
         for conversation in conversations:
@@ -86,7 +87,8 @@ class NothingPolicy(Policy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         return [_reply(None) for _ in conversations]

@@ -216,7 +216,7 @@ class _Batcher:
         tools: list[list[ToolSpec]],
         texts: bool,
     ) -> list[tuple[Completion, list[str]]]:
-        completions = self.policy.generate(conversations, sampling, generator, tools)
+        completions = self.policy.generate(conversations, sampling, tools=tools, generator=generator)
         if len(completions) != len(conversations):
             raise RuntimeError(f"the policy returned {len(completions)} completions for {len(conversations)} prompts")
         decode = self._decode if texts else None

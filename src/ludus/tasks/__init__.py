@@ -1,5 +1,7 @@
-"""Task sources: seeded procedural families with a difficulty knob, and dataset file loaders."""
+"""What the environment families share: seeded procedural task families with a difficulty knob,
+task-file loaders, and answer extraction (``\\boxed{}`` and other markers)."""
 
+from ludus.tasks.answers import boxed_contents, find_answers
 from ludus.tasks.arithmetic import Arithmetic
 from ludus.tasks.countdown import Countdown
 from ludus.tasks.linear import LinearEquation
@@ -20,5 +22,7 @@ __all__ = [
     "Sorting",
     "TaskFamily",
     "TaskFileError",
+    "boxed_contents",
+    "find_answers",
     "load_tasks",
 ]

@@ -6,6 +6,8 @@ before training starts, with an error naming the file, the line (or row) and the
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -13,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ludus.core.types import Task
-from ludus.verifiers.answers import boxed_contents
+from ludus.tasks.answers import boxed_contents
+from ludus.tasks.procedural import in_eval_bucket
 
 Preset = Literal["gsm8k", "math"]
 
@@ -59,16 +62,21 @@ PRESETS: dict[str, _Fields] = {
 
 
 class FileTasks:
-    """The tasks of one dataset file, in file order; a :class:`~ludus.core.env.TaskSource`."""
+    """The tasks of one dataset file (or of one split of it), in file order; a
+    :class:`~ludus.core.env.TaskSource`."""
 
-    def __init__(self, path: Path, tasks: list[Task]):
-        self.path = path
+    def __init__(self, path: Path, tasks: list[Task], *, split: str | None = None):
+        self.path, self.split = path, split
         self._tasks = tasks
         self.size: int | None = len(tasks)
 
+    def rows(self) -> list[Task]:
+        return list(self._tasks)
+
     def get(self, index: int) -> Task:
         if not 0 <= index < len(self._tasks):
-            raise IndexError(f"task index {index} is out of range: {self.path} has {len(self._tasks)} tasks")
+            where = f"the {self.split} split of {self.path}" if self.split else str(self.path)
+            raise IndexError(f"task index {index} is out of range: {where} has {len(self._tasks)} tasks")
         return self._tasks[index]
 
 
@@ -105,15 +113,57 @@ _READERS = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
 def split_files(
-    path: str | None, eval_path: str | None, load: Callable[[str], FileTasks]
+    path: str | None, eval_path: str | None, load: Callable[[str], FileTasks], eval_fraction: float = 0.1
 ) -> dict[str, Callable[[], FileTasks]]:
-    """Loaders for a file-backed environment's splits: ``path`` for train, ``eval_path`` (else
-    the same file) for eval; empty without a file. Files load when a split is first asked for."""
+    """Loaders for a file-backed environment's splits; empty without a file. Each file loads once,
+    when a split is first asked for.
+
+    ``eval_path`` given: ``path`` is the train split and ``eval_path`` the eval split. ``path``
+    alone: :func:`hold_out` splits the file, so evaluation never scores rows the policy trained
+    on (scoring the training file itself would hide overfitting). A file of a single task has
+    nothing to hold out: it trains, and asking it for eval raises :class:`TaskFileError`."""
     if eval_path is not None and path is None:
         raise ValueError("eval_path needs path (the training file)")
-    return {
-        split: (lambda p=p: load(p)) for split, p in (("train", path), ("eval", eval_path or path)) if p is not None
-    }
+    if not 0.0 < eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+    if path is None:
+        return {}
+    if eval_path is not None:
+        return {"train": functools.cache(lambda: load(path)), "eval": functools.cache(lambda: load(eval_path))}
+    halves = functools.cache(lambda: hold_out(load(path), eval_fraction))
+
+    def held_out() -> FileTasks:
+        train, held = halves()
+        if held is None:
+            raise TaskFileError(
+                train.path,
+                f"has one task id only ({train.size} row(s)): nothing can be held out for evaluation without "
+                "scoring the training task; pass eval_path (a separate evaluation file)",
+            )
+        return held
+
+    return {"train": lambda: halves()[0], "eval": held_out}
+
+
+def hold_out(tasks: FileTasks, eval_fraction: float) -> tuple[FileTasks, FileTasks | None]:
+    """(train, eval) of one file: eval holds the rows whose task id falls in the eval bucket
+    (:func:`~ludus.tasks.procedural.in_eval_bucket`), train the others; rows sharing an id stay
+    together. Neither side is empty: with no id in the bucket the id of smallest hash goes to
+    eval, with every id in it the one of largest hash stays in train. Eval is ``None`` when the
+    file has one task id only."""
+    rows = tasks.rows()
+    ids = sorted({task.id for task in rows}, key=lambda task_id: hashlib.sha256(task_id.encode()).digest())
+    if len(ids) < 2:
+        return tasks, None
+    held = {task_id for task_id in ids if in_eval_bucket(task_id, eval_fraction)}
+    if not held:
+        held = {ids[0]}  # ids are in the order in_eval_bucket thresholds: this one is nearest the bucket
+    elif len(held) == len(ids):
+        held.discard(ids[-1])
+    return (
+        FileTasks(tasks.path, [task for task in rows if task.id not in held], split="train"),
+        FileTasks(tasks.path, [task for task in rows if task.id in held], split="eval"),
+    )
 
 
 def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:

@@ -16,7 +16,10 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from ludus.train.grpo import LOSS_AGGS, SCALES, TURN_CREDITS
+# the GRPO variants (train/grpo.py explains each); defined here so that reading a config imports no torch
+Scale = Literal["group", "batch", "none"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+TurnCredit = Literal["episode", "reward_to_go"]
 
 
 class ConfigError(ValueError):
@@ -69,11 +72,11 @@ class TrainConfig:
     eps_high: float = 0.28
     beta: float = 0.0
     entropy_coef: float = 0.05  # exploration bonus: loss -= entropy_coef * token entropy
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    scale_rewards: Scale = "group"
     # multi-turn credit: "episode" trains every turn with its episode's advantage; "reward_to_go"
     # trains turn k with the return from turn k on (intermediate rewards; train/grpo.py)
-    turn_credit: Literal["episode", "reward_to_go"] = "episode"
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    turn_credit: TurnCredit = "episode"
+    loss_agg: LossAgg = "token-mean"
     max_grad_norm: float = 1.0
     # asynchronous training: 0 = lockstep (sample, then learn; reproducible). k >= 1: a sampler thread
     # samples ahead with a copy of the weights, samples are at most k updates old, and the loss
@@ -140,9 +143,10 @@ class TrainConfig:
             raise ConfigError(
                 "config field 'temperature' must be > 0 for RL sampling (greedy decoding gives identical group samples)"
             )
+        for name, hint in typing.get_type_hints(TrainConfig).items():  # set directly, not through _coerce
+            if get_origin(hint) is Literal and getattr(self, name) not in get_args(hint):
+                raise ConfigError(f"config field {name!r} must be one of {', '.join(map(repr, get_args(hint)))}")
         self._validate_model()
-        # guaranteed by the Literal check
-        assert self.scale_rewards in SCALES and self.loss_agg in LOSS_AGGS and self.turn_credit in TURN_CREDITS
 
     def _validate_model(self) -> None:
         """Catch a model that cannot be trained before a run folder is made for it."""

@@ -1,4 +1,16 @@
-"""GRPO-family advantages and loss, readable top to bottom.
+"""One GRPO step, top to bottom: from groups of trajectories to ``optimizer.step()``.
+
+1. **Advantages** — one per turn, from the group's rewards (:func:`group_advantages`,
+   :func:`turn_advantages`, :func:`advantages_per_turn`).
+2. **The token batch** — every policy turn with a non-zero advantage becomes a :class:`Sample`:
+   its prompt and completion tokens, the *behaviour* log-probs recorded when it was sampled,
+   and its advantage (:func:`build_samples`).
+3. **The loss** — clipped ratios, KL to a reference, entropy bonus, importance weights for stale
+   samples (:func:`policy_loss`).
+4. **Reference log-probs** — under the frozen initial weights, for the KL term (:func:`reference_logprobs`).
+5. **The update** — ``ppo_epochs`` passes of ``minibatches`` gradient steps (:func:`update`).
+
+The trainer (``trainer.py``) owns the loop around it: sampling, evaluation, checkpoints, logging.
 
 Advantages (one reward per sample, ``G`` samples per prompt):
 
@@ -39,16 +51,21 @@ Aggregation over tokens (``loss_agg``):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from itertools import accumulate
+from typing import get_args
 
 import torch
 
-Scale = Literal["group", "batch", "none"]
-LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-SCALES: tuple[str, ...] = ("group", "batch", "none")
-LOSS_AGGS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-TURN_CREDITS: tuple[str, ...] = ("episode", "reward_to_go")
+from ludus.core.types import Trajectory
+from ludus.policies.base import TrainablePolicy
+from ludus.train.config import LossAgg, Scale, TrainConfig
+
+SCALES: tuple[str, ...] = get_args(Scale)
+LOSS_AGGS: tuple[str, ...] = get_args(LossAgg)
+
+# ---- 1. advantages ------------------------------------------------------------------------
 
 
 def _baseline_and_scale(
@@ -114,6 +131,56 @@ def turn_advantages(
     return (returns_to_go - baseline[..., None]) * keep[..., None] / divisor[..., None]
 
 
+def rewards_and_validity(groups: Sequence[Sequence[Trajectory]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Episode rewards ``[groups, G]`` and which of them measure the policy (not an infrastructure failure)."""
+    rewards = torch.tensor([[t.reward for t in group] for group in groups])
+    valid = torch.tensor([[not (t.score and t.score.is_infra_error) for t in group] for group in groups])
+    return rewards, valid
+
+
+def advantages_per_turn(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[list[float]]:
+    """The advantage of every turn of every trajectory (groups flattened in order), by ``turn_credit``."""
+    rewards, valid = rewards_and_validity(groups)
+    trajs = [t for group in groups for t in group]
+    if config.turn_credit == "episode":
+        adv = group_advantages(rewards, valid, config.scale_rewards).flatten().tolist()
+        return [[a] * len(traj.turns) for traj, a in zip(trajs, adv, strict=True)]
+    width = max(len(traj.turns) for traj in trajs)
+    # the return from each turn on: the sums of the turn rewards from the last turn backwards
+    togo = [list(accumulate(turn.reward for turn in reversed(traj.turns)))[::-1] for traj in trajs]
+    padded = torch.tensor([g + [0.0] * (width - len(g)) for g in togo]).view(*rewards.shape, width)
+    rows = turn_advantages(padded, rewards, valid, config.scale_rewards).view(len(trajs), width).tolist()
+    return [row[: len(traj.turns)] for traj, row in zip(trajs, rows, strict=True)]
+
+
+# ---- 2. the token batch -------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """One policy turn with its advantage: the unit of the loss."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logprobs: list[float]  # the sampling policy's, recorded when it sampled the turn
+    advantage: float
+
+
+def build_samples(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[Sample]:
+    """Every turn of every trajectory as a :class:`Sample`, except turns with advantage 0 when
+    there is no KL term: they would contribute no gradient, so they cost compute for nothing."""
+    trajs = [t for group in groups for t in group]
+    return [
+        Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a)
+        for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True)
+        for turn, a in zip(traj.turns, advantages, strict=True)
+        if a != 0.0 or config.beta > 0
+    ]
+
+
+# ---- 3. the loss --------------------------------------------------------------------------
+
+
 @dataclass
 class LossStats:
     loss: float
@@ -127,7 +194,7 @@ class LossStats:
 
 def policy_loss(
     logp: torch.Tensor,
-    old_logp: torch.Tensor,
+    proximal_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -143,10 +210,11 @@ def policy_loss(
 ) -> tuple[torch.Tensor, LossStats]:
     """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``.
 
-    ``old_logp`` are the log-probs the ratio is taken against. For on-policy samples these are
-    the behaviour log-probs and ``behaviour_logp`` is ``None``; for stale samples they are the
-    proximal log-probs and ``behaviour_logp`` the sampler's, which adds the truncated
-    importance weight (see the module docstring).
+    ``proximal_logp`` are the log-probs the ratio is taken against: those of the weights at the
+    start of this update. For on-policy samples the behaviour policy *is* those weights, so they
+    are the behaviour log-probs and ``behaviour_logp`` is ``None``; for stale samples
+    ``behaviour_logp`` holds the sampler's, which adds the truncated importance weight (see the
+    module docstring).
 
     ``entropy`` (``[B, T]``, differentiable) with ``entropy_coef > 0`` adds the bonus ``-c·H``:
     without it a policy that is confidently wrong on some prompts samples the same answer G
@@ -154,7 +222,7 @@ def policy_loss(
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
     mask = mask.to(logp.dtype)
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp(logp - proximal_logp)
     adv = advantages[:, None]
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
@@ -163,7 +231,7 @@ def policy_loss(
     if behaviour_logp is not None:
         if not importance_cap >= 1.0:
             raise ValueError(f"importance_cap must be >= 1, got {importance_cap}")
-        weight = torch.exp(old_logp - behaviour_logp).detach().clamp(max=importance_cap)
+        weight = torch.exp(proximal_logp - behaviour_logp).detach().clamp(max=importance_cap)
         per_token = weight * per_token
     pg_per_token = per_token
     kl_per_token = torch.zeros_like(logp)
@@ -201,3 +269,127 @@ def policy_loss(
             else 0.0,
         )
     return loss, stats
+
+
+# ---- 4. reference log-probs ---------------------------------------------------------------
+
+
+def reference_logprobs(
+    reference: torch.nn.Module,
+    policy: TrainablePolicy,
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    temperature: float,
+) -> torch.Tensor:
+    """Log-probs under the frozen reference weights, computed by swapping them into the policy."""
+    live = policy.module
+    policy.module = reference
+    try:
+        with torch.no_grad():
+            logp, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature)
+    finally:
+        policy.module = live
+    return logp
+
+
+# ---- 5. the update ------------------------------------------------------------------------
+
+
+@dataclass
+class Learner:
+    """What an update reads and changes: the policy, its optimizer, the frozen reference weights
+    (``beta > 0`` only) and the generator that shuffles minibatches."""
+
+    policy: TrainablePolicy
+    optimizer: torch.optim.Optimizer
+    reference: torch.nn.Module | None
+    generator: torch.Generator
+
+
+def _proximal_logprobs(learner: Learner, samples: list[Sample], size: int, temperature: float) -> list[torch.Tensor]:
+    """Every sample's log-probs under the current weights, before any update (no gradient)."""
+    out: list[torch.Tensor] = []
+    with torch.no_grad():
+        for lo in range(0, len(samples), size):
+            chunk = samples[lo : lo + size]
+            logp, _ = learner.policy.token_logprobs(
+                [s.prompt_ids for s in chunk], [s.completion_ids for s in chunk], temperature
+            )
+            out += [logp[row, : len(s.completion_ids)] for row, s in enumerate(chunk)]
+    return out
+
+
+def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict[str, float]:
+    """``ppo_epochs`` passes of ``minibatches`` clipped-ratio updates over ``samples``; the mean
+    loss statistics of the updates.
+
+    On-policy (``max_staleness`` 0) the ratio is taken against the behaviour log-probs. Sampling
+    ahead, it is taken against the *proximal* log-probs — these weights, before this step's first
+    update — and the behaviour log-probs only enter the truncated importance weight. With one
+    minibatch the first pass's own forward gives the proximal log-probs (no update has happened
+    yet); with several, one extra forward pass computes them first."""
+    c = config
+    policy = learner.policy
+    totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+    totals |= {"importance/mean": 0.0, "importance/capped": 0.0} if c.max_staleness else {}
+    if not samples:
+        return {k: 0.0 for k in totals} | {"trained_samples": 0}
+    policy.module.train()
+    size = math.ceil(len(samples) / c.minibatches)
+    proximal: list[torch.Tensor | None] = [None] * len(samples)
+    if c.max_staleness and c.minibatches > 1:
+        proximal = list(_proximal_logprobs(learner, samples, size, c.temperature))
+    n_updates = 0
+    for _ in range(c.ppo_epochs):
+        order = torch.randperm(len(samples), generator=learner.generator).tolist()
+        for lo in range(0, len(samples), size):
+            indices = order[lo : lo + size]
+            batch = [samples[i] for i in indices]
+            prompt_ids = [s.prompt_ids for s in batch]
+            completion_ids = [s.completion_ids for s in batch]
+            logp, entropy = policy.token_logprobs(prompt_ids, completion_ids, c.temperature)
+            mask = torch.zeros_like(logp, dtype=torch.bool)
+            behaviour = torch.zeros_like(logp)
+            for row, s in enumerate(batch):
+                mask[row, : len(s.completion_ids)] = True
+                behaviour[row, : len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
+            if c.max_staleness:
+                proximal_logp = torch.zeros_like(logp)
+                for row, (i, s) in enumerate(zip(indices, batch, strict=True)):
+                    if proximal[i] is None:
+                        proximal[i] = logp[row, : len(s.completion_ids)].detach()
+                    proximal_logp[row, : len(s.completion_ids)] = proximal[i]
+            else:  # on-policy: the behaviour weights are the proximal ones
+                proximal_logp, behaviour = behaviour, None
+            ref = None
+            if learner.reference is not None:
+                ref = reference_logprobs(learner.reference, policy, prompt_ids, completion_ids, c.temperature)
+            loss, st = policy_loss(
+                logp,
+                proximal_logp,
+                torch.tensor([s.advantage for s in batch]),
+                mask,
+                eps_low=c.eps_low,
+                eps_high=c.eps_high,
+                ref_logp=ref,
+                beta=c.beta,
+                loss_agg=c.loss_agg,
+                entropy=entropy,
+                entropy_coef=c.entropy_coef,
+                behaviour_logp=behaviour,
+                importance_cap=c.importance_cap,
+            )
+            learner.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.module.parameters(), c.max_grad_norm)
+            learner.optimizer.step()
+            n_updates += 1
+            totals["loss"] += st.loss
+            totals["kl"] += st.kl
+            totals["clip_frac"] += st.clip_fraction
+            totals["grad_norm"] += float(grad_norm)
+            totals["entropy"] += float((entropy.detach() * mask).sum() / mask.sum())
+            if c.max_staleness:
+                totals["importance/mean"] += st.importance_mean
+                totals["importance/capped"] += st.importance_capped
+    return {k: round(v / n_updates, 5) for k, v in totals.items()} | {"trained_samples": len(samples)}

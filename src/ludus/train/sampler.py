@@ -32,7 +32,7 @@ import copy
 import itertools
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import torch
@@ -40,8 +40,9 @@ import torch
 from ludus.core.env import Env, TaskSource
 from ludus.core.types import Message, Task, Trajectory
 from ludus.policies.base import Completion, Policy, SamplingParams, Tools, TrainablePolicy
-from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine
+from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine, requests, sample_index
 from ludus.rollout.hosts import EnvHost
+from ludus.train.config import TrainConfig
 
 
 class BehaviourPolicy(Policy):
@@ -57,11 +58,12 @@ class BehaviourPolicy(Policy):
         self,
         conversations: list[list[Message]],
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        *,
         tools: Tools = None,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         with self._lock:
-            return self.inner.generate(conversations, sampling, generator, tools)
+            return self.inner.generate(conversations, sampling, tools=tools, generator=generator)
 
     def sync(self, policy: TrainablePolicy) -> None:
         with self._lock, torch.no_grad():
@@ -106,6 +108,17 @@ def _feasible(unconsumed: dict[int, tuple[int, int | None]], picked: set[int], s
     return all(deadline > step and i < (deadline - step) * size for i, deadline in enumerate(remaining))
 
 
+@dataclass(frozen=True)
+class StreamPosition:
+    """Where the task stream stands, as a checkpoint records it: the learner's next ``step``, the
+    next group never admitted (``next_group``), and the groups admitted but not trained on
+    (``replay``), which are sampled again first."""
+
+    step: int = 0
+    next_group: int = 0
+    replay: tuple[int, ...] = ()
+
+
 @dataclass
 class _Group:
     deadline: int
@@ -114,10 +127,13 @@ class _Group:
 
 
 class AheadSampler:
-    """Samples GRPO groups of ``train_tasks`` ahead of the learner (see the module docstring).
+    """Samples GRPO groups of ``train_tasks`` ahead of the learner (see the module docstring),
+    ``prompts_per_step`` groups of ``group_size`` per step, at most ``max_staleness`` updates old
+    (fields of ``config``).
 
-    Groups are numbered by their position in the task stream; ``replay`` (groups a checkpoint
-    left unconsumed) are admitted first, then ``first_group``, ``first_group + 1``, …"""
+    Groups are numbered by their position in the task stream (:func:`ludus.rollout.engine.requests`);
+    the ``start`` position's ``replay`` groups (left unconsumed by a checkpoint) are admitted
+    first, then ``next_group``, ``next_group + 1``, …"""
 
     def __init__(
         self,
@@ -125,35 +141,30 @@ class AheadSampler:
         env_factory: Callable[[], Env],
         train_tasks: TaskSource,
         sampling: SamplingParams,
-        *,
-        groups_per_step: int,
-        group_size: int,
-        max_staleness: int,
+        config: TrainConfig,
         host: EnvHost,
-        first_step: int = 0,
-        first_group: int = 0,
-        replay: Iterable[int] = (),
-        seed: int = 0,
+        start: StreamPosition = StreamPosition(),
     ):
-        if max_staleness < 1:
-            raise ValueError(f"max_staleness must be >= 1 for sampling ahead, got {max_staleness}")
+        if config.max_staleness < 1:
+            raise ValueError(f"max_staleness must be >= 1 for sampling ahead, got {config.max_staleness}")
         self.behaviour = BehaviourPolicy(policy)
-        self.groups_per_step, self.group_size, self.max_staleness = groups_per_step, group_size, max_staleness
-        episodes = (max_staleness + 1) * groups_per_step * group_size
+        self.groups_per_step, self.group_size = config.prompts_per_step, config.group_size
+        self.max_staleness = config.max_staleness
+        batch = self.groups_per_step * self.group_size
         self._engine = RolloutEngine(
             self.behaviour,
             env_factory,
             sampling,
-            RolloutConfig(max_batch=groups_per_step * group_size, max_episodes=episodes),
+            RolloutConfig(max_batch=batch, max_episodes=(self.max_staleness + 1) * batch),
             host=host,
-            generator=torch.Generator().manual_seed(seed),
+            generator=torch.Generator().manual_seed(config.seed + start.step),
         )
         self._tasks = train_tasks
-        self._order = itertools.chain(replay, itertools.count(first_group))
-        self._next_group = first_group
-        self._replaying = set(replay)
+        self._order = itertools.chain(start.replay, itertools.count(start.next_group))
+        self._next_group = start.next_group
+        self._replaying = set(start.replay)
         self._groups: dict[int, _Group] = {}
-        self._next_step = first_step  # the step the learner takes next
+        self._next_step = start.step  # the step the learner takes next
         self._finished = 0
         self._cond = threading.Condition()
         self._error: BaseException | None = None
@@ -194,11 +205,10 @@ class AheadSampler:
         self.behaviour.sync(policy)
         self._nudge()
 
-    def position(self) -> tuple[int, list[int]]:
-        """What a checkpoint needs to resume the task stream: the next new group, and every
-        group admitted but not yet trained on (they are sampled again on resume)."""
+    def position(self) -> StreamPosition:
+        """What a checkpoint needs to resume the task stream (the step is the learner's)."""
         with self._cond:
-            return self._next_group, sorted(self._groups)
+            return StreamPosition(self._next_step, self._next_group, tuple(sorted(self._groups)))
 
     def close(self) -> None:
         with self._cond:
@@ -243,7 +253,7 @@ class AheadSampler:
             if len(members[group]) == self.group_size:
                 with self._cond:
                     entry = self._groups[group]
-                    entry.trajectories = sorted(members.pop(group), key=lambda t: int(t.info["key"].split("#")[1]))
+                    entry.trajectories = sorted(members.pop(group), key=sample_index)
                     entry.order, self._finished = self._finished, self._finished + 1
                     self._cond.notify_all()
 
@@ -262,6 +272,5 @@ class AheadSampler:
                             self._next_group = group + 1
                         break
                 await self._wake.wait()
-            task = train_task(self._tasks, group)
-            for k in range(self.group_size):
-                yield EpisodeRequest(task, seed=group * self.group_size + k, key=f"{group}#{k}", group=str(group))
+            for request in requests([train_task(self._tasks, group)], self.group_size, first=group, numbered=True):
+                yield request

@@ -23,16 +23,14 @@ from typing import Any
 
 import torch
 
+from ludus.core.cache import cache_dir
 from ludus.core.env import Env
 from ludus.core.types import Message
 from ludus.policies.base import TrainablePolicy
 from ludus.policies.tiny import TinyConfig, TinyPolicy
+from ludus.train.config import ConfigError, TrainConfig
 
 WARMSTART_TASK_OFFSET = 10_000_000  # warm-start draws from a different part of the train stream than RL
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LUDUS_CACHE") or Path.home() / ".cache" / "ludus")
 
 
 def reference_batch(env: Env, indices: range) -> tuple[list[list[Message]], list[str]]:
@@ -95,24 +93,23 @@ def supervised_steps(
     return done
 
 
-def base_model_recipe(
-    env_name: str, env_args: dict[str, Any], tiny: dict[str, Any], seed: int, steps: int, batch: int, lr: float
-) -> dict[str, Any]:
+def base_model_recipe(config: TrainConfig) -> dict[str, Any]:
+    """What makes a base model, and names its cache folder: the fields of ``config`` it depends on."""
     return {
         "recipe": 2,
-        "env": env_name,
-        "env_args": env_args,
-        "tiny": tiny,
-        "seed": seed,
-        "steps": steps,
-        "batch": batch,
-        "lr": lr,
+        "env": config.env,
+        "env_args": config.env_args,
+        "tiny": config.tiny,
+        "seed": config.seed,
+        "steps": config.warmstart_steps,
+        "batch": config.warmstart_batch,
+        "lr": config.warmstart_lr,
     }
 
 
 def base_model_path(recipe: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / "base" / digest
+    return cache_dir("base", digest)
 
 
 def make_base_model(
@@ -142,3 +139,17 @@ def make_base_model(
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
     return policy, path, True
+
+
+def base_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> TrainablePolicy:
+    """The embedded model ``ludus train`` starts from: the cached base model of the config's
+    warm-start recipe (made now if missing), or fresh weights with ``warmstart_steps: 0``."""
+    try:
+        TinyConfig(**config.tiny)
+    except TypeError as exc:
+        raise ConfigError(f"config field 'tiny' has an unknown model setting: {exc}") from exc
+    if config.warmstart_steps == 0:
+        return TinyPolicy(TinyConfig(**config.tiny), seed=config.seed)
+    policy, path, created = make_base_model(env, base_model_recipe(config))
+    log(f"{'created' if created else 'loaded cached'} base model {path}")
+    return policy

@@ -8,7 +8,7 @@ also get an address-space limit (``RLIMIT_AS``) so a memory blow-up fails inside
 instead of taking the host down. Callers may be threads or asyncio tasks (through
 ``asyncio.to_thread``); each call borrows one idle worker.
 
-A worker is a fresh interpreter (``python -m ludus.verifiers.guard module:function``) talking
+A worker is a fresh interpreter (``python -m ludus.envs.math.guard module:function``) talking
 length-prefixed pickles over stdin/stdout, so it never re-imports the caller's ``__main__``
 (the trap of multiprocessing's spawn) and never inherits a forked copy of torch's threads.
 
@@ -75,7 +75,7 @@ def _read(fd: int, deadline: float | None) -> Any:
 class _Worker:
     def __init__(self, target: str, memory_bytes: int):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ludus.verifiers.guard", target, str(memory_bytes)],
+            [sys.executable, "-m", "ludus.envs.math.guard", target, str(memory_bytes)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

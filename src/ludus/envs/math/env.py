@@ -17,12 +17,12 @@ from typing import Literal
 
 from ludus.core.env import SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
+from ludus.envs.math.verifier import DecimalGold, MathVerifier
+from ludus.tasks.answers import MARKERS, Marker, find_answers
 from ludus.tasks.arithmetic import Arithmetic
 from ludus.tasks.linear import LinearEquation
 from ludus.tasks.loaders import Preset, load_tasks, split_files
 from ludus.tasks.procedural import ProceduralTasks, TaskFamily
-from ludus.verifiers.answers import MARKERS, Marker, find_answers
-from ludus.verifiers.math import DecimalGold, MathVerifier
 
 Family = Literal["arithmetic", "linear-equation"]
 
@@ -75,7 +75,7 @@ class MathEnv(SingleTurnEnv):
         )
 
     def default_tasks(self, split: Split = "train") -> TaskSource:
-        """The file's rows (``eval_path`` for the eval split, else the same file) or procedural problems."""
+        """The file's rows (``eval_path`` for the eval split, else a held-out part of ``path``) or procedural problems."""
         if split in self.files:
             return self.files[split]()
         return ProceduralTasks(self.family, seed=self.seed, split=split)

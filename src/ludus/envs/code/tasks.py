@@ -1,7 +1,7 @@
 """Code tasks: loaders for HumanEval, MBPP, stdin/stdout (APPS/CodeContests) and pytest files,
 and a small procedural family so the code environments work with nothing downloaded.
 
-A code task's ``answer`` is the row of its format (``ludus.verifiers.code.parse_task`` reads
+A code task's ``answer`` is the row of its format (``ludus.envs.code.verifier.parse_task`` reads
 it); it is never shown to the model. The model sees ``prompt``, built per format.
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ludus.core.types import Task
+from ludus.envs.code.verifier import Format, TaskFormatError, infer_format, parse_task
 from ludus.tasks.loaders import FileTasks, TaskFileError, read_rows
 from ludus.tasks.procedural import Problem, TaskFamily
-from ludus.verifiers.code import Format, TaskFormatError, infer_format, parse_task
 
 # the field holding what the model is asked, per format (``prompt_field=`` overrides it)
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {

@@ -50,7 +50,7 @@ from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, REPLY_GRACE_S, shipped
 
 Format = Literal["humaneval", "mbpp", "stdio", "pytest"]
 FORMATS: tuple[Format, ...] = ("humaneval", "mbpp", "stdio", "pytest")
-HARNESS = Path(__file__).resolve().parent / "code_harness.py"
+HARNESS = Path(__file__).resolve().parent / "harness.py"
 FLOAT_TOLERANCE = 1e-6  # stdio: numeric tokens equal within this absolute or relative difference
 
 
@@ -568,7 +568,7 @@ def _judge_run(run: Execution, expected: str) -> tuple[str, str]:
 
 def _read_report(sock: socket.socket, timeout_s: float) -> list[Any]:
     """Every frame the test runner sends, until its end of the channel closes (see
-    code_harness.run), or ``timeout_s`` passes without one (the worker is then declared dead)."""
+    harness.run), or ``timeout_s`` passes without one (the worker is then declared dead)."""
     frames: list[Any] = []
     sock.settimeout(timeout_s)
     with sock:

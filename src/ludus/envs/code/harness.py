@@ -302,4 +302,4 @@ class _Unavailable:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("this module runs inside the sandbox; see ludus.verifiers.code")
+    sys.exit("this module runs inside the sandbox; see ludus.envs.code.verifier")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ludus.core.types import Score, Status
-from ludus.verifiers.answers import Marker, find_answers
+from ludus.tasks.answers import Marker, find_answers
 
 MAX_ANSWER_CHARS = 2_000
 

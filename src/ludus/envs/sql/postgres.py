@@ -3,7 +3,7 @@
 Tasks keep their databases as SQLite files; :class:`PostgresEngine` loads each file once into
 a schema of a database it owns (``ludus_sql``; hidden variant databases into ``ludus_sql_hidden``,
 which the model's connection cannot reach) and answers queries through
-:class:`PostgresDatabase`, the same :class:`~ludus.verifiers.sql.Database` interface as SQLite.
+:class:`PostgresDatabase`, the same :class:`~ludus.envs.sql.verifier.Database` interface as SQLite.
 
 Safety is enforced by the server, deny by default, not by reading the SQL:
 
@@ -50,11 +50,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ludus.verifiers.sql import (
+from ludus.envs.sql.verifier import (
     DatabaseUnavailable,
     HoneypotRead,
-    Limits,
     QueryError,
+    QueryLimits,
     QueryRefused,
     QueryTimeout,
     Result,
@@ -690,7 +690,7 @@ class PostgresDatabase:
             return table.describe()
         return f"{table.describe()}\n-- {table.rows} rows"
 
-    def query(self, sql: str, limits: Limits) -> Result:
+    def query(self, sql: str, limits: QueryLimits) -> Result:
         """Run one read-only statement within ``limits``; raises a :class:`QueryError` subclass,
         or :class:`DatabaseUnavailable` when the server fails."""
         check_select(sql)
@@ -727,7 +727,7 @@ class PostgresDatabase:
             raise QueryRefused(str(exc)) from None
         return Result(columns, tuple(rows), complete)
 
-    def _explain(self, exc: Exception, limits: Limits) -> Exception:
+    def _explain(self, exc: Exception, limits: QueryLimits) -> Exception:
         state = getattr(exc, "sqlstate", None) or ""
         message = _message(exc)
         if state == "57014":

@@ -7,7 +7,7 @@
   file cannot be split, so ``run_tests`` runs the whole file.
 
 Tasks come from a file of any of the four formats (``path=``, see
-:func:`ludus.tasks.code.load_code_tasks`) or, without one, from a procedural family of small
+:func:`ludus.envs.code.tasks.load_code_tasks`) or, without one, from a procedural family of small
 function-writing problems.
 """
 
@@ -20,11 +20,11 @@ from typing import Any
 
 from ludus.core.env import SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.types import Score, Status, Task
+from ludus.envs.code.tasks import FunctionTasks, load_code_tasks
+from ludus.envs.code.verifier import CodeVerifier, Format, TaskFormatError, parse_task
 from ludus.sandbox import Limits
-from ludus.tasks.code import FunctionTasks, load_code_tasks
 from ludus.tasks.loaders import split_files
 from ludus.tasks.procedural import ProceduralTasks
-from ludus.verifiers.code import CodeVerifier, Format, TaskFormatError, parse_task
 
 _verifiers: dict[tuple[Any, ...], CodeVerifier] = {}
 _verifiers_lock = threading.Lock()

@@ -1,12 +1,13 @@
 """Running commands in, and grading, a repository inside the sandbox (the SWE-style ``repo`` env).
 
-Two kinds of sandbox execution, both by one small runner shipped into the sandbox as source:
+Two kinds of sandbox execution, both by one small runner, ``harness.py``, shipped into the sandbox
+as module ``ludus_repo_runner``:
 
 * ``shell`` — the agent's command, in a fresh copy of its repository: ``bash -c COMMAND`` in the
   working folder with a clean environment. When it ends (or times out), every process it left
   is killed and the runner reports the files that changed, as JSON on a descriptor the command
   never holds. Nothing of it is trusted: the host validates every path and size (see
-  ``ludus.envs.repo``), and it only carries what the agent could have written with its file
+  ``ludus.envs.repo.env``), and it only carries what the agent could have written with its file
   tools anyway.
 * ``grade`` — pytest on the grading tree (:func:`grading_tree`: the agent's tree with every test
   file restored from the pristine copy, test files it added deleted, ``conftest.py``,
@@ -36,13 +37,13 @@ import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ludus.core.types import Score, Status
 from ludus.sandbox import Limits, Sandbox, WorkerSpec
 from ludus.sandbox.backend import interpreter
-from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS
+from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, shipped
 
 REPORT_CAP = 64 << 20  # bytes of runner report the host reads at most
 TREE_CAP = 64 << 20  # bytes of repository shipped into the sandbox at most (its /tmp holds 512 MiB)
@@ -50,241 +51,7 @@ TEST_DIRS = frozenset({"tests", "test", "testing"})
 # removed from the grading tree wherever they are: they run code before or around the tests
 REMOVED_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini", "tox.ini"})
 RESTORED_NAMES = frozenset({"setup.cfg", "pyproject.toml"})  # may carry pytest sections: back to pristine
-
-# The runner, shipped into the sandbox as module ``ludus_repo_runner`` (standard library and
-# pytest only; the ludus package is not in the sandbox).
-RUNNER = r'''
-import base64, builtins, hashlib, json, os, selectors, signal, stat, subprocess, sys, time
-
-SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git"}
-RESULTS_FD = 3
-
-
-def _write_report(obj):
-    data = json.dumps(obj).encode()
-    os.ftruncate(RESULTS_FD, 0)  # whatever was written to the descriptor before does not count
-    done = 0
-    while done < len(data):
-        done += os.pwrite(RESULTS_FD, data[done:], done)
-
-
-def _scan(root):
-    """Regular files (rel -> sha256), symbolic links (rel -> target) and folders, links not followed."""
-    files, links, dirs = {}, {}, []
-    for dirpath, dirnames, filenames in os.walk(root):
-        keep = []
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                links[rel] = os.readlink(path)
-            elif stat.S_ISDIR(st.st_mode):
-                if name not in SKIP_DIRS:
-                    keep.append(name)
-                    dirs.append(rel)
-            elif stat.S_ISREG(st.st_mode):
-                try:
-                    with open(path, "rb") as fh:
-                        files[rel] = (hashlib.sha256(fh.read()).hexdigest(), st.st_size)
-                except OSError:
-                    continue
-        dirnames[:] = [d for d in dirnames if d in keep]
-    return files, links, dirs
-
-
-def _kill_others(pgid):
-    """Everything the command started. Process 1 of its own PID namespace can reach them all."""
-    if os.getpid() == 1:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    else:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
-
-
-def shell(payload, _fd):
-    root = os.getcwd()
-    for rel, target in payload["symlinks"].items():
-        try:
-            os.makedirs(os.path.dirname(rel) or ".", exist_ok=True)
-            os.symlink(target, rel)
-        except OSError:
-            pass
-    before, _, _ = _scan(root)
-    os.makedirs("/tmp/home", exist_ok=True)
-    env = {"PATH": payload["path"], "HOME": "/tmp/home", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-           "PYTHONDONTWRITEBYTECODE": "1", "TERM": "dumb"}
-    proc = subprocess.Popen(["bash", "-c", payload["command"]], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    cap, out, dropped = payload["output_cap"], bytearray(), 0
-    deadline = time.monotonic() + payload["timeout_s"]
-    timed_out, ended_at = False, None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    while True:
-        now = time.monotonic()
-        if ended_at is None and proc.poll() is not None:
-            ended_at = now
-        if ended_at is not None and now > ended_at + 0.2:
-            break  # a background process may hold the pipe open: it does not hold us
-        if now > deadline:
-            timed_out = True
-            break
-        if not sel.get_map():
-            time.sleep(0.02)
-            continue
-        for _key, _ in sel.select(timeout=0.05):
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                sel.unregister(proc.stdout)
-                break
-            room = cap - len(out)
-            out += chunk[:max(room, 0)]
-            dropped += max(0, len(chunk) - max(room, 0))
-    exit_code = proc.poll()
-    _kill_others(proc.pid)
-    after, links, dirs = _scan(root)
-    changed, skipped, total = {}, [], 0
-    for rel, (digest, size) in sorted(after.items()):
-        if before.get(rel, (None,))[0] == digest:
-            continue
-        if size > payload["file_cap"] or total + size > payload["total_cap"] or len(changed) >= payload["count_cap"]:
-            skipped.append(rel)
-            continue
-        with open(os.path.join(root, rel), "rb") as fh:
-            data = fh.read(payload["file_cap"] + 1)
-        total += len(data)
-        changed[rel] = base64.b64encode(data).decode()
-    _write_report({"exit_code": exit_code, "timed_out": timed_out, "output": out.decode("utf-8", "replace"),
-                   "dropped": dropped, "files": sorted(after), "changed": changed, "skipped": skipped,
-                   "links": links, "dirs": dirs})
-    os._exit(0)
-
-
-# ---- grading ----
-
-def _ident(value):
-    if isinstance(value, (staticmethod, classmethod)):
-        value = value.__func__
-    if isinstance(value, property):
-        return (id(value), _ident(value.fget), _ident(value.fset))
-    if not callable(value):
-        return None
-    code = getattr(value, "__code__", None)
-    return (id(value), id(code))
-
-
-def _probes():
-    """What decides an outcome, as (label, live namespace, name, identity) to re-check cheaply:
-    pytest's, pluggy's and the builtins' functions and class members."""
-    probes = []
-    mods = [m for n, m in list(sys.modules.items()) if m is not None and (n == "pytest" or n.startswith(("_pytest", "pluggy")))]
-    for mod in [*mods, builtins]:
-        space = vars(mod)
-        for name, value in list(space.items()):
-            if name.startswith("_") and mod is not builtins:
-                continue
-            ident = _ident(value)
-            if ident is not None:
-                probes.append((mod.__name__ + "." + name, space, name, ident))
-            if isinstance(value, type) and value.__module__ == mod.__name__:
-                members = vars(value)  # a live view
-                for attr, member in list(members.items()):
-                    if attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__")):
-                        continue
-                    ident = _ident(member)
-                    if ident is not None:
-                        probes.append((mod.__name__ + "." + name + "." + attr, members, attr, ident))
-    return probes
-
-
-def _hooks(config):
-    hook = config.pluginmanager.hook
-    return {name: tuple((i.plugin_name, id(i.function)) for i in caller.get_hookimpls())
-            for name, caller in list(vars(hook).items()) if hasattr(caller, "get_hookimpls")}
-
-
-class Reporter:
-    def __init__(self):
-        self.results, self.errors, self.tampered, self.config, self.baseline = {}, [], "", None, None
-
-    def check(self):
-        if self.baseline is None or self.tampered:
-            return
-        probes, hooks, own = self.baseline
-        changed = [label for label, space, name, ident in probes if _ident(space.get(name)) != ident]
-        changed += ["hook " + name for name, impls in _hooks(self.config).items() if hooks.get(name, ()) != impls]
-        if {k: _ident(v) for k, v in vars(Reporter).items()} != own or vars(self) is not self._own_dict:
-            changed.append("the reporter")
-        if changed:
-            self.tampered = "changed: " + ", ".join(changed[:5])
-
-    def pytest_collection(self, session):
-        self.config = session.config
-        self._own_dict = vars(self)
-        self.baseline = (_probes(), _hooks(session.config),
-                         {k: _ident(v) for k, v in vars(Reporter).items()})
-
-    def pytest_sessionfinish(self, session):
-        self.check()  # before unconfigure, which undoes pytest's own configure-time patches
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            self.errors.append(str(report.longrepr)[-600:])
-
-    def pytest_runtest_logreport(self, report):
-        if report.when == "call":
-            self.check()
-        entry = self.results.setdefault(report.nodeid, {"outcome": "missing", "message": ""})
-        if report.when == "call":
-            if report.passed and not hasattr(report, "wasxfail"):
-                if entry["outcome"] == "missing":
-                    entry["outcome"] = "passed"
-            else:
-                entry["outcome"] = "skipped" if report.skipped else "failed"
-                entry["message"] = str(report.longrepr or "")[-600:]
-        elif not report.passed:
-            entry["outcome"] = "skipped" if report.skipped else "error"
-            entry["message"] = str(report.longrepr or "")[-600:]
-
-
-def grade(payload, _fd):
-    nonce = payload.pop("nonce")
-    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONPATH"):
-        os.environ.pop(name, None)
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    sys.dont_write_bytecode = True
-    import pytest
-
-    root = os.getcwd()
-    sys.path.append(root)  # after the standard library and site-packages: the repository cannot shadow them
-    reporter = Reporter()
-    args = ["-c", os.devnull, "--rootdir", root, "--noconftest", "-p", "no:cacheprovider", "-o", "addopts=",
-            "--import-mode=importlib", "-q", "--tb=short", "-p", "no:pastebin", "-p", "no:debugging",
-            *payload["test_files"]]
-    error = ""
-    try:
-        exit_code = int(pytest.main(args, plugins=[reporter]))
-    except BaseException as exc:  # the code under test may raise SystemExit and the like
-        exit_code, error = -1, repr(exc)[:500]
-    _write_report({"nonce": nonce, "results": reporter.results, "collect_errors": reporter.errors[:20],
-                   "tampered": reporter.tampered, "exit_code": exit_code, "error": error})
-    os._exit(0)  # now: nothing the code under test registered (atexit, a stream's flush) runs after the report
-'''
+HARNESS = Path(__file__).resolve().parent / "harness.py"  # the runner, module ``ludus_repo_runner`` in the sandbox
 
 
 class RepoSandboxError(RuntimeError):
@@ -391,7 +158,9 @@ def shared_sandbox(*, workers: int | None = None, backend: str = "auto") -> Sand
     key = (workers, backend)
     with _sandboxes_lock:
         if key not in _sandboxes:
-            spec = WorkerSpec(modules=(("ludus_repo_runner", RUNNER),), warm_imports=(*DEFAULT_WARM_IMPORTS, "pytest"))
+            spec = WorkerSpec(
+                modules=(shipped("ludus_repo_runner", HARNESS),), warm_imports=(*DEFAULT_WARM_IMPORTS, "pytest")
+            )
             _sandboxes[key] = Sandbox(Limits(), workers=workers, backend_name=backend, spec=spec)  # type: ignore[arg-type]
         return _sandboxes[key]
 

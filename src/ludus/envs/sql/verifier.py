@@ -1,7 +1,7 @@
 """SQL answers graded by execution: run the model's query and the gold query, compare results.
 
 Two parts, kept apart so a second engine only adds a :class:`Database`
-(:mod:`ludus.verifiers.postgres` is the PostgreSQL one):
+(:mod:`ludus.envs.sql.postgres` is the PostgreSQL one):
 
 * the engine side — :class:`Database` (``tables()``, ``describe(name)``, ``query(sql, limits)``)
   and :class:`SQLiteDatabase`, a connection that can only read: the file is opened
@@ -52,7 +52,7 @@ MAX_ANSWER_CHARS = 20_000
 
 
 @dataclass(frozen=True)
-class Limits:
+class QueryLimits:
     """What one query may use. ``timeout_s`` is wall time; ``max_steps`` counts engine
     instructions (deterministic, unlike time); ``max_rows`` rows are fetched at most;
     ``max_value_chars`` caps any one string or blob the engine builds, ``max_result_chars``
@@ -109,7 +109,7 @@ class Database(Protocol):
 
     def describe(self, name: str) -> str: ...
 
-    def query(self, sql: str, limits: Limits) -> Result: ...
+    def query(self, sql: str, limits: QueryLimits) -> Result: ...
 
     def close(self) -> None: ...
 
@@ -157,7 +157,7 @@ def _value_size(value: Any) -> int:
 
 
 def fetch_capped(
-    cursor: Any, limits: Limits, batch_size: int, before_fetch: Callable[[], None] | None = None
+    cursor: Any, limits: QueryLimits, batch_size: int, before_fetch: Callable[[], None] | None = None
 ) -> tuple[list[tuple[Any, ...]], bool]:
     """``(rows, complete)`` from a DB-API cursor: at most ``max_rows`` rows, fetched in batches
     so that a huge result is never held whole; raises :class:`QueryError` past
@@ -258,7 +258,7 @@ class SQLiteDatabase:
     def _internal(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self._conn.execute(sql, params).fetchall()
 
-    def query(self, sql: str, limits: Limits) -> Result:
+    def query(self, sql: str, limits: QueryLimits) -> Result:
         """Run one read-only statement within ``limits``; raises a :class:`QueryError` subclass."""
         check_select(sql)
         self._denied.clear()
@@ -405,8 +405,8 @@ def compare_results(gold: Result, got: Result, ordered: bool) -> str | None:
 class SQLVerifier:
     """Grades a final SQL answer by execution on every database given (see the module docstring)."""
 
-    def __init__(self, limits: Limits | None = None):
-        self.limits = limits or Limits()
+    def __init__(self, limits: QueryLimits | None = None):
+        self.limits = limits or QueryLimits()
 
     def score(self, completion: str, gold_sql: str, databases: Sequence[Database]) -> Score:
         """Raises :class:`HoneypotRead` when the answer reads a honeypot table (the environment

@@ -33,20 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ludus.core.cache import cache_dir
 from ludus.core.env import Split
 from ludus.core.types import Task
+from ludus.envs.sql.verifier import Result, compare_results, orders_rows
 from ludus.tasks.loaders import FileTasks, TaskFileError
 from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket
-from ludus.verifiers.sql import Result, compare_results, orders_rows
 
 GENERATOR_VERSION = "sql-v1"  # bump when generated content changes: it is part of every recipe
 HONEYPOT_TABLE = "secrets"
 LEVELS = (1, 2, 3, 4)
-
-
-def cache_dir() -> Path:
-    """Where generated databases live: ``$LUDUS_CACHE/sql``, default ``~/.cache/ludus/sql``."""
-    return Path(os.environ.get("LUDUS_CACHE") or Path.home() / ".cache" / "ludus") / "sql"
 
 
 # ---- schemas ----
@@ -553,7 +549,7 @@ def _save(conn: sqlite3.Connection, path: Path) -> None:
 def recipe_paths(recipe: str, root: Path | None = None) -> tuple[Path, Path]:
     """The episode and variant database files of ``recipe``."""
     name = hashlib.sha256(recipe.encode()).hexdigest()[:24]
-    folder = root or cache_dir()
+    folder = root or cache_dir("sql")
     return folder / f"{name}.sqlite", folder / f"{name}-variant.sqlite"
 
 

@@ -3,15 +3,15 @@
 The model sees the question and may call ``list_tables()``, ``describe_table(name)`` and
 ``run_query(sql)`` (results capped, with a note saying how much was left out); its first
 message without a tool call is the final answer, graded by execution
-(:class:`ludus.verifiers.sql.SQLVerifier`) on the episode's database and, for procedural
+(:class:`ludus.envs.sql.verifier.SQLVerifier`) on the episode's database and, for procedural
 tasks, on a hidden variant database the model never sees. Every connection is read-only
-(see :class:`ludus.verifiers.sql.SQLiteDatabase`), so the files are never changed and no
+(see :class:`ludus.envs.sql.verifier.SQLiteDatabase`), so the files are never changed and no
 per-episode copy is needed. Reading the ``secrets`` table of a generated database, which the
 prompt says no question needs, trips the honeypot: the episode ends with status ``honeypot``.
 
-Tasks are procedural (:class:`ludus.tasks.sql.SQLTasks`, nothing to download) or come from a
+Tasks are procedural (:class:`ludus.envs.sql.tasks.SQLTasks`, nothing to download) or come from a
 Spider/BIRD-style folder (``path=`` the questions JSON, ``databases=`` the database folder).
-``engine="postgres"`` runs every query on PostgreSQL instead (:mod:`ludus.verifiers.postgres`):
+``engine="postgres"`` runs every query on PostgreSQL instead (:mod:`ludus.envs.sql.postgres`):
 the same SQLite files are loaded into a server once, the variants into a database the
 model's connection cannot reach.
 """
@@ -24,19 +24,19 @@ from typing import Any, Literal
 from ludus.core.env import Split, TaskSource, ToolEnv
 from ludus.core.tools import ToolCache, ToolError, tool
 from ludus.core.types import Observation, Score, Status, Task
-from ludus.tasks.loaders import split_files
-from ludus.tasks.sql import SQLTasks, load_sql_tasks, local_databases
-from ludus.verifiers.sql import (
+from ludus.envs.sql.tasks import SQLTasks, load_sql_tasks, local_databases
+from ludus.envs.sql.verifier import (
     Database,
     HoneypotRead,
-    Limits,
     QueryError,
+    QueryLimits,
     QueryTimeout,
     Result,
     SQLiteDatabase,
     SQLVerifier,
     content_hash,
 )
+from ludus.tasks.loaders import split_files
 
 
 def render(result: Result, max_chars: int) -> str:
@@ -105,11 +105,12 @@ class SQLEnv(ToolEnv):
             raise ValueError(f"engine must be 'sqlite' or 'postgres', got {engine!r}")
         self.engine, self.postgres_dsn = engine, postgres_dsn
         self.system_prompt = type(self).system_prompt.format(engine="SQLite" if engine == "sqlite" else "PostgreSQL")
-        self.files = split_files(path, eval_path, lambda p: load_sql_tasks(p, databases))
+        # no hold-out for sql: without eval_path the eval split is the training file itself (docs/sql.md)
+        self.files = split_files(path, eval_path or path, lambda p: load_sql_tasks(p, databases))
         super().__init__(tasks)
         self.difficulty, self.seed, self.eval_fraction = difficulty, seed, eval_fraction
         self.max_turns, self.max_chars = max_turns, max_chars
-        self.verifier = SQLVerifier(Limits(timeout_s=timeout_s, max_steps=max_steps, max_rows=max_rows))
+        self.verifier = SQLVerifier(QueryLimits(timeout_s=timeout_s, max_steps=max_steps, max_rows=max_rows))
         self.db: Database | None = None
         self._variants: list[str] = []
         self._scope: str | None = None
@@ -141,7 +142,7 @@ class SQLEnv(ToolEnv):
         """The engine's view of a task database; ``hidden``: a variant the model never sees."""
         honeypots = task.info.get("honeypot_tables", ())
         if self.engine == "postgres":
-            from ludus.verifiers.postgres import PostgresEngine  # the optional extra
+            from ludus.envs.sql.postgres import PostgresEngine  # the optional extra
 
             return PostgresEngine.get(self.postgres_dsn).open(path, honeypots, hidden=hidden)
         return SQLiteDatabase(path, honeypots)

@@ -5,7 +5,7 @@
 
 The rules (each has a test in ``tests/test_math_verifier.py``):
 
-* **One final answer** (:mod:`ludus.verifiers.answers`): after the last ``</think>``; the first
+* **One final answer** (:mod:`ludus.tasks.answers`): after the last ``</think>``; the first
   marker kind present in ``priority`` order (``\\boxed``/``\\fbox``, ``<answer>``, ``####``,
   ``Answer:``). Several *different* boxed answers, or a hedge ("3 or 4", a box listing every
   option) are ``ambiguous``; no marker or an empty box is ``no_answer``; an answer longer than
@@ -19,14 +19,14 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
   decimals (``2\\pi`` and ``6.283`` pass, ``6.3`` does not). The price: a gold ``12.5`` that
   is exact also accepts ``12.54``; ``decimal_gold="exact"`` turns the tolerance off for data
   whose decimal golds are exact (money amounts, for instance).
-* **Units** (:data:`~ludus.verifiers.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and trailing unit
+* **Units** (:data:`~ludus.envs.math.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and trailing unit
   words are dropped from both sides, so ``25\\%`` = ``25`` and ``25\\%`` ≠ ``0.25``.
 * **Structure is kept**: ordered tuples stay ordered; ``\\{…\\}`` and bare lists of all
   solutions compare as sets (a subset is wrong); interval brackets matter; matrices compare
   by shape and entries; an equation matches only an equivalent equation (``y=2x+1`` =
   ``2x-y+1=0``; ``x = 5`` and ``5`` match each other); inequalities keep their strictness;
   multiple-choice golds accept exactly one letter.
-* **Bounded**: parsing and comparison run in a worker process (:mod:`ludus.verifiers.guard`)
+* **Bounded**: parsing and comparison run in a worker process (:mod:`ludus.envs.math.guard`)
   with a time and memory limit; exceeding it is ``timeout``, as is a number too large to
   build exactly. A gold that cannot be parsed is ``gold_error`` and never pays.
 """
@@ -43,9 +43,8 @@ from typing import Literal
 import sympy
 
 from ludus.core.types import Score, Status
-from ludus.verifiers.answers import MARKERS, Marker, boxed_contents, find_answers
-from ludus.verifiers.guard import GuardedPool, cpu_count
-from ludus.verifiers.latex import (
+from ludus.envs.math.guard import GuardedPool, cpu_count
+from ludus.envs.math.latex import (
     Answer,
     Bracketed,
     Chain,
@@ -64,6 +63,7 @@ from ludus.verifiers.latex import (
     normalise,
     parse_answer,
 )
+from ludus.tasks.answers import MARKERS, Marker, boxed_contents, find_answers
 
 # ---------------------------------------------------------------------------------------------
 # Equivalence of parsed answers
@@ -302,7 +302,7 @@ _POOLS: dict[tuple[int, int], GuardedPool] = {}
 def _pool(workers: int, memory_mb: int) -> GuardedPool:
     key = (workers, memory_mb)
     if key not in _POOLS:
-        _POOLS[key] = GuardedPool("ludus.verifiers.math:judge", workers=workers, memory_mb=memory_mb)
+        _POOLS[key] = GuardedPool("ludus.envs.math.verifier:judge", workers=workers, memory_mb=memory_mb)
     return _POOLS[key]
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from ludus.core.env import Split
 from ludus.core.types import Task
+from ludus.envs.repo.verifier import valid_test_id
 from ludus.tasks.loaders import TaskFileError
-from ludus.verifiers.repo import valid_test_id
 
 BUG_KINDS = ("off_by_one", "wrong_operator", "missing_edge_case", "wrong_default")
 HIDDEN_TEST_FILE = "tests/test_regression.py"
@@ -1011,13 +1011,3 @@ def load_repo_tasks(path: str | Path) -> list[Task]:
     if not tasks:
         raise TaskFileError(file, "holds no rows")
     return tasks
-
-
-class ListTasks:
-    """A fixed list of tasks as a TaskSource."""
-
-    def __init__(self, tasks: list[Task]):
-        self.tasks, self.size = tasks, len(tasks)
-
-    def get(self, index: int) -> Task:
-        return self.tasks[index % len(self.tasks)]

@@ -10,7 +10,7 @@ Tools: ``list_files``, ``read_file``, ``edit_file`` (exact, unique search-and-re
 ``..``, no symbolic link anywhere on the path, size caps) — and ``run``, which runs a shell
 command in the sandbox on a copy of the tree and brings the files it changed back (validated
 the same way). ``submit()``, or a reply without tool calls, ends the episode and grades (see
-``ludus.verifiers.repo``). The final step's ``info["diff"]`` is the agent's change as a unified diff.
+``ludus.envs.repo.verifier``). The final step's ``info["diff"]`` is the agent's change as a unified diff.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 from ludus.core.env import Split, TaskSource, ToolEnv
 from ludus.core.tools import ToolError
 from ludus.core.types import Message, Observation, Score, StepResult, Task, ToolCall
-from ludus.tasks.repo import ListTasks, RepoTasks, apply_patch, load_repo_tasks, unified_diff
-from ludus.verifiers.repo import TREE_CAP, RepoRunner, grade_tree, sandbox_path_ok, shared_sandbox, tree_size
+from ludus.envs.repo.tasks import RepoTasks, apply_patch, load_repo_tasks, unified_diff
+from ludus.envs.repo.verifier import TREE_CAP, RepoRunner, grade_tree, sandbox_path_ok, shared_sandbox, tree_size
+from ludus.tasks.loaders import FileTasks, split_files
 
 READ_CAP = 100_000  # characters of a file read_file returns
 WRITE_CAP = 1 << 20  # bytes write_file / edit_file may leave in one file
@@ -57,6 +58,8 @@ class RepoEnv(ToolEnv):
         tasks: TaskSource | None = None,
         *,
         path: str | None = None,
+        eval_path: str | None = None,
+        eval_fraction: float = 0.1,
         seed: int = 0,
         max_turns: int = 30,
         run_timeout_s: float = 30.0,
@@ -65,8 +68,10 @@ class RepoEnv(ToolEnv):
         backend: str = "auto",
         tmp_root: str | None = None,
     ):
-        if tasks is None and path is not None:
-            tasks = ListTasks(load_repo_tasks(path))
+        """``path``: SWE-bench-style rows (:func:`load_repo_tasks`) instead of procedural tasks;
+        ``eval_path``: the eval split's rows, else ``eval_fraction`` of ``path``'s task ids are held
+        out of training for eval (``ludus.tasks.loaders.split_files``)."""
+        self.files = split_files(path, eval_path, lambda p: FileTasks(Path(p), load_repo_tasks(p)), eval_fraction)
         super().__init__(tasks)
         self.seed, self.max_turns, self.tmp_root = seed, max_turns, tmp_root
         self.runner = RepoRunner(
@@ -78,6 +83,8 @@ class RepoEnv(ToolEnv):
     # ---- episode state ----
 
     def default_tasks(self, split: Split = "train") -> TaskSource:
+        if split in self.files:
+            return self.files[split]()
         return RepoTasks(seed=self.seed, split=split)
 
     def begin(self, task: Task) -> Observation:

@@ -6,13 +6,13 @@ from typing import Any, ClassVar, Protocol
 
 from ludus.core.env import SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
+from ludus.envs.procedural.countdown import score_countdown
+from ludus.envs.procedural.exact import digit_agreement, parse_int, score_int, score_int_list
 from ludus.tasks.arithmetic import Arithmetic
 from ludus.tasks.countdown import Countdown
 from ludus.tasks.linear import LinearEquation
 from ludus.tasks.procedural import ProceduralTasks, TaskFamily
 from ludus.tasks.sorting import Sorting
-from ludus.verifiers.countdown import score_countdown
-from ludus.verifiers.exact import digit_agreement, parse_int, score_int, score_int_list
 
 
 class ProceduralEnv(SingleTurnEnv):

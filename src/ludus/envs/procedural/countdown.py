@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import TypeAlias
 
 from ludus.core.types import Score, Status
-from ludus.verifiers.exact import final_answer, parse_int
+from ludus.envs.procedural.exact import final_answer, parse_int
 
 MAX_EXPRESSION_CHARS = 200
 MAX_DEPTH = 20
@@ -117,12 +117,12 @@ def parse_expression(text: str) -> Node:
     return node
 
 
-def evaluate(node: Node) -> Fraction:
+def expression_value(node: Node) -> Fraction:
     """The exact value of a parsed expression; raises ``ZeroDivisionError``."""
     if isinstance(node, int):
         return Fraction(node)
     op, left, right = node
-    a, b = evaluate(left), evaluate(right)
+    a, b = expression_value(left), expression_value(right)
     if op == "+":
         return a + b
     if op == "-":
@@ -175,7 +175,7 @@ def score_countdown(completion: str, numbers: list[int], target: int) -> Score:
             reason = f"uses {n} {available[n] + times} times but it is given {available[n]} time(s)"
         return Score(0.0, Status.WRONG, reason, extracted=answer)
     try:
-        value = evaluate(tree)
+        value = expression_value(tree)
     except ZeroDivisionError:
         return Score(0.0, Status.WRONG, "the expression divides by zero", extracted=answer)
     if value == target:

@@ -1,0 +1,27 @@
+"""``ludus check ENV``: the environment contract check; exits 1 when an invariant is broken."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ludus.cli.common import CommandParser
+
+
+def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
+    p = subparsers.add_parser("check", help="run the contract check on an environment")
+    p.add_argument("env", help="environment name (see `ludus envs`)")
+    p.add_argument("--env-args", help="JSON object of constructor arguments, e.g. '{\"digits\": 3}'")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from ludus.core.check import check_env_by_name, format_report
+
+    kwargs = json.loads(args.env_args) if args.env_args else {}
+    report = check_env_by_name(args.env, **kwargs)
+    print(format_report(report))
+    return 0 if report.ok else 1

@@ -1,0 +1,72 @@
+"""What several commands share: the sub-command parser, the stderr console, progress bars, ``--model-args``.
+
+Rich is imported inside the functions, so that building the parser (every ``ludus`` call,
+``--help`` included) stays as cheap as argparse itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+MODEL_ARGS_HELP = (
+    "JSON options for loading the model: for tiny its shape (e.g. '{\"max_len\": 1024}'), for hf: device, "
+    "dtype, tool_format; for a server timeout_s, concurrency, tool_format"
+)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser that can add some arguments only when that sub-command is parsed:
+    ``ludus train``'s config-field flags come from ``ludus.train.config``, which ``ludus --help``
+    and the other commands need not import."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: list[Callable[[argparse.ArgumentParser], None]] = []
+
+    def defer(self, add_arguments: Callable[[argparse.ArgumentParser], None]) -> None:
+        self._deferred.append(add_arguments)
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        while self._deferred:
+            self._deferred.pop(0)(self)
+        return super().parse_known_args(args, namespace)
+
+
+@functools.cache
+def console() -> Console:
+    """The console for progress, notes and errors: stderr, so that stdout carries only results."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def progress_bar(label: str) -> Progress:
+    """A bar with the command's label, done/total, elapsed time and a free-text description."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn(f"[bold blue]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console(),
+    )
+
+
+def model_args(text: str | None) -> dict[str, Any]:
+    """``--model-args``: a JSON object of options for ``load_policy``."""
+    given = json.loads(text) if text else {}
+    if not isinstance(given, dict):
+        raise ValueError(f"--model-args must be a JSON object, got {text!r}")
+    return given

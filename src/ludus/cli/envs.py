@@ -1,0 +1,185 @@
+"""``ludus envs``: every environment's name, description and origin, without importing the environments.
+
+Environment families import torch, sympy or a sandbox, and listing them should not. So a
+description is read from source: the literal ``description = "..."`` of the class, or of its
+single base class, following ``from … import`` re-exports (a package's ``__init__``) file by
+file. Only when the source does not settle it (a computed value, a decorator, several bases)
+is the class imported, and an environment that fails to import is listed with the error. The
+flip side: a module that would fail to import despite a readable class (a missing dependency,
+say) is reported when the environment is made, e.g. by ``ludus check ENV``, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.machinery
+import importlib.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ludus.cli.common import CommandParser
+    from ludus.core.registry import EnvEntry
+
+NO_DESCRIPTION = "(no description)"
+MAX_HOPS = 20  # re-exports and base classes followed before giving up (and importing)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
+    p = subparsers.add_parser("envs", help="list the available environments")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ludus.core.registry import EnvLoadError, entries
+
+    source = SourceReader()
+    table = Table("name", "description", "origin")
+    for name, entry in entries().items():
+        try:
+            description = escape(describe(entry, source))
+        except EnvLoadError as exc:
+            description = f"[red]cannot load: {escape(str(exc))}[/]"
+        table.add_row(name, description, entry.origin)
+    Console().print(table)
+    return 0
+
+
+def describe(entry: EnvEntry, source: SourceReader) -> str:
+    """The environment's description, from its source if that spells it out, else from its imported class
+    (which raises ``EnvLoadError`` if the class cannot be imported)."""
+    if entry.origin != "registered":  # a class registered in this process is already imported
+        try:
+            return source.description(entry.target) or NO_DESCRIPTION
+        except CannotTell:
+            pass
+    return entry.load().description or NO_DESCRIPTION
+
+
+class CannotTell(Exception):
+    """The source alone does not settle the value; import the class instead."""
+
+
+class SourceReader:
+    """Reads literal class attributes from Python source without importing it; parsed files are kept."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, tuple[ast.Module, str]] = {}
+
+    def description(self, target: str) -> str:
+        """The literal ``description`` of the class at ``target`` ("module:Class")."""
+        module, _, name = target.partition(":")
+        if not name or "." in name:
+            raise CannotTell(target)
+        defined_in, cls = self._class(module, name, 0)
+        value = self._attribute(defined_in, cls, "description", 0)
+        if value is None:
+            raise CannotTell(f"{target} has no description in its source")
+        return value
+
+    def _class(self, module: str, name: str, hops: int) -> tuple[str, ast.ClassDef]:
+        """Where class ``name`` of ``module`` is defined, following from-imports: that module and the class."""
+        if hops > MAX_HOPS:
+            raise CannotTell(f"{module}.{name}: too many hops")
+        tree, package = self._parse(module)
+        statement = last_binding(tree.body, name)
+        if isinstance(statement, ast.ClassDef):
+            return module, statement
+        if isinstance(statement, ast.ImportFrom):
+            alias = next((a for a in statement.names if (a.asname or a.name) == name), None)
+            if alias is not None:  # None: a star import
+                return self._class(absolute_module(statement, package), alias.name, hops + 1)
+        raise CannotTell(f"{module}.{name} is not a class statement or a from-import")
+
+    def _attribute(self, module: str, cls: ast.ClassDef, attribute: str, hops: int) -> str | None:
+        """The literal value of ``attribute`` in ``cls`` or up its chain of single bases; None if none defines it."""
+        if cls.decorator_list:
+            raise CannotTell(f"{cls.name} is decorated")
+        statement = last_binding(cls.body, attribute)
+        if statement is not None:
+            return literal_string(statement)
+        if not cls.bases:
+            return None
+        if len(cls.bases) > 1 or not isinstance(cls.bases[0], ast.Name):
+            raise CannotTell(f"{cls.name} has bases other than one plain name")
+        base_module, base = self._class(module, cls.bases[0].id, hops + 1)
+        return self._attribute(base_module, base, attribute, hops + 1)
+
+    def _parse(self, module: str) -> tuple[ast.Module, str]:
+        """The module's syntax tree and the package its relative imports start from."""
+        if module not in self._parsed:
+            spec = find_spec_without_importing(module)
+            if spec is None or not spec.has_location or not (spec.origin or "").endswith(".py"):
+                raise CannotTell(f"no Python source for {module}")
+            try:
+                with open(spec.origin, "rb") as f:
+                    tree = ast.parse(f.read(), filename=spec.origin)
+            except (OSError, SyntaxError, ValueError) as exc:
+                raise CannotTell(f"cannot read {spec.origin}: {exc}") from exc
+            is_package = spec.submodule_search_locations is not None
+            self._parsed[module] = (tree, module if is_package else module.rpartition(".")[0])
+        return self._parsed[module]
+
+
+def find_spec_without_importing(module: str) -> importlib.machinery.ModuleSpec | None:
+    """``importlib.util.find_spec`` imports a dotted name's parent packages, whose ``__init__``
+    may import a whole family; this looks each level up in its parent's folders instead."""
+    parent, _, _ = module.rpartition(".")
+    try:
+        if not parent:
+            return importlib.util.find_spec(module)  # a top-level name: found without importing anything
+        parent_spec = find_spec_without_importing(parent)
+        if parent_spec is None or parent_spec.submodule_search_locations is None:
+            return None
+        return importlib.machinery.PathFinder.find_spec(module, parent_spec.submodule_search_locations)
+    except (ImportError, ValueError):  # ValueError: an imported module without __spec__
+        return None
+
+
+def last_binding(body: list[ast.stmt], name: str) -> ast.stmt | None:
+    """The statement of ``body`` that binds ``name`` last, or None. A binding inside a compound
+    statement (``if``, ``try``, ``with`` …) is not one we can follow, so it is returned as is."""
+    found = None
+    for statement in body:
+        if may_bind(statement, name):
+            found = statement
+    return found
+
+
+def may_bind(node: ast.AST, name: str) -> bool:
+    """Whether running ``node`` in a module or class body may (re)bind or delete ``name``."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name  # their bodies are other scopes
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any(a.name == "*" or (a.asname or a.name.partition(".")[0]) == name for a in node.names)
+    if isinstance(node, ast.AnnAssign) and node.value is None:
+        return False  # a bare annotation binds nothing
+    if isinstance(node, ast.Name):
+        return node.id == name and not isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.ExceptHandler) and node.name == name:
+        return True
+    return any(may_bind(child, name) for child in ast.iter_child_nodes(node))
+
+
+def literal_string(statement: ast.stmt) -> str:
+    """The string a simple ``name = "..."`` (or ``name: T = "..."``) assigns."""
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        value = statement.value
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
+    raise CannotTell(f"line {statement.lineno} is not a literal string assignment")
+
+
+def absolute_module(statement: ast.ImportFrom, package: str) -> str:
+    """The module a (possibly relative) ``from … import`` names, seen from ``package``."""
+    if statement.level == 0:
+        return statement.module or ""
+    parts = package.split(".") if package else []
+    if statement.level - 1 >= len(parts):
+        raise CannotTell(f"line {statement.lineno}: relative import beyond the top-level package")
+    base = ".".join(parts[: len(parts) - statement.level + 1])
+    return f"{base}.{statement.module}" if statement.module else base

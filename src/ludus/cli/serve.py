@@ -1,0 +1,73 @@
+"""``ludus serve-model``: a policy behind an OpenAI-compatible chat-completions API (needs ``ludus[serve]``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from ludus.cli.common import MODEL_ARGS_HELP
+
+if TYPE_CHECKING:
+    from ludus.cli.common import CommandParser
+
+
+def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
+    p = subparsers.add_parser("serve-model", help="serve a policy over an OpenAI-compatible chat-completions API")
+    p.add_argument(
+        "--model", default="tiny", metavar="SPEC", help="what load_policy reads: tiny, a saved folder, hf:PATH"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 picks a free one)")
+    p.add_argument("--name", help="model name clients send and /v1/models lists (default: the SPEC)")
+    p.add_argument("--max-batch", type=int, default=32, metavar="N", help="most conversations per generate call")
+    p.add_argument("--model-args", help=MODEL_ARGS_HELP)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import socket
+
+    from ludus.cli.common import console, model_args
+
+    try:
+        import uvicorn
+
+        from ludus.serve.model_server import create_app
+    except ImportError as exc:
+        from rich.markup import escape
+
+        hint = f"ludus serve-model needs FastAPI and uvicorn: pip install 'ludus[serve]' ({exc})"
+        console().print(f"[red]error:[/] {escape(hint)}")
+        return 2
+    from ludus.policies import load_policy
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535 (0 picks a free one), got {args.port}")
+    policy = load_policy(args.model, **model_args(args.model_args))
+    app = create_app(policy, args.name or args.model, max_batch=args.max_batch)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(2048)  # from here on, connections wait in the backlog instead of being refused
+    except OSError as exc:
+        sock.close()
+        raise ValueError(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; choose another --port (0 picks a free one)"
+        ) from exc
+    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    console().print(
+        f"serving {args.name or args.model} at http://{host}:{sock.getsockname()[1]}/v1 (OpenAI-compatible; Ctrl-C stops)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    try:
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down gracefully
+        return 130
+    finally:
+        sock.close()
+        policy.close()
+    return 0

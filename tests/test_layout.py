@@ -1,0 +1,70 @@
+"""The map of the house (docs/design.md) stays true: every module imports only the rooms below its own."""
+
+import ast
+from pathlib import Path
+
+import ludus
+
+SRC = Path(ludus.__file__).parent
+
+# room -> the rooms it may import (its own included); an environment family is a room of its own
+ALLOWED = {
+    "core": {"core"},
+    "sandbox": {"core", "sandbox"},
+    "tasks": {"core", "tasks"},
+    "envs": {"core"},  # the package face only: it names the families lazily, as strings
+    "family": {"core", "sandbox", "tasks"},  # + the family itself
+    "policies": {"core", "policies"},
+    "rollout": {"core", "policies", "rollout"},
+    "train": {"core", "policies", "rollout", "train"},
+    "serve": {"core", "policies", "serve"},
+}
+
+
+def _room(module: str) -> str:
+    """``ludus.envs.sql.env`` -> ``envs.sql``; ``ludus.train.grpo`` -> ``train``."""
+    parts = module.split(".")[1:]
+    if parts[:1] == ["envs"] and len(parts) > 1:
+        return f"envs.{parts[1]}"
+    return parts[0] if parts else ""
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``ludus`` module a file imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found |= {n for n in names if n.startswith("ludus.")}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("ludus.")}
+    return found
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def test_dependencies_point_downward_only():
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        room = _room(_module(path))
+        if room in ("", "cli"):  # the top: it may use everything
+            continue
+        allowed = ALLOWED["family"] | {room} if room.startswith("envs.") else ALLOWED[room]
+        for imported in _imports(path):
+            target = _room(imported)
+            if target not in allowed:
+                wrong.append(f"{_module(path)} ({room}) imports {imported} ({target})")
+    assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def test_every_room_is_on_the_map():
+    rooms = {_room(_module(p)) for p in SRC.rglob("*.py")} - {""}
+    families = {r for r in rooms if r.startswith("envs.")}
+    assert families >= {"envs.procedural", "envs.math", "envs.code", "envs.sql", "envs.repo"}
+    assert rooms - families <= set(ALLOWED) | {"cli"}
+    design = (SRC.parents[1] / "docs" / "design.md").read_text()
+    for room in sorted(rooms):
+        assert f"{room.replace('.', '/')}/" in design, f"docs/design.md does not describe {room}/"
