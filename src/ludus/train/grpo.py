@@ -338,7 +338,7 @@ def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict
     size = math.ceil(len(samples) / c.minibatches)
     proximal: list[torch.Tensor | None] = [None] * len(samples)
     if c.max_staleness and c.minibatches > 1:
-        proximal = list(_proximal_logprobs(learner, samples, size, c.temperature))
+        proximal = [*_proximal_logprobs(learner, samples, size, c.temperature)]
     n_updates = 0
     for _ in range(c.ppo_epochs):
         order = torch.randperm(len(samples), generator=learner.generator).tolist()

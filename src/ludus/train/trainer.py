@@ -294,6 +294,9 @@ class Trainer:
         gc.freeze()
         eval_source = env.task_source("eval")
         eval_size = c.eval_size if eval_source.size is None else min(c.eval_size, eval_source.size)
+        # held-out evaluation: greedy, every task in one lockstep batch
+        self.greedy = SamplingParams(temperature=0.0, max_tokens=c.max_tokens)
+        self.eval_rollout = RolloutConfig(lockstep=True, max_batch=max(1, eval_size), max_episodes=max(1, eval_size))
         return env.task_source("train"), [eval_source.get(i) for i in range(eval_size)]
 
     def _restore(self) -> tuple[int, float, StreamPosition]:
@@ -313,13 +316,12 @@ class Trainer:
     def _evaluate(self, eval_tasks: list[Task]) -> dict[str, float]:
         """Greedy decoding on the held-out tasks (rollout.evaluate's summary)."""
         self.learner.policy.module.eval()
-        size = max(1, len(eval_tasks))
         summary = evaluate(
             self.learner.policy,
             self.env_factory,
             eval_tasks,
-            sampling=SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens),
-            config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
+            sampling=self.greedy,
+            config=self.eval_rollout,
             host=self.host,
         )
         return {
