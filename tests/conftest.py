@@ -51,3 +51,25 @@ def module_cache(tmp_path_factory):
         root = tmp_path_factory.mktemp("ludus-cache")
         mp.setenv("LUDUS_CACHE", str(root))
         yield root
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """A tiny Llama checkpoint whose heads are 32 wide (vLLM's CPU attention needs that)."""
+    from support import build_hf_checkpoint
+
+    return build_hf_checkpoint(tmp_path_factory.mktemp("tiny-llama") / "model", head_dim=32)
+
+
+@pytest.fixture(scope="session")
+def vllm(tiny_llama, tmp_path_factory):
+    """vLLM's OpenAI-compatible server (``support.VLLMServer``) for the whole session, serving
+    ``tiny_llama``; ``scripts/vllm-venv`` builds its virtual environment the first time. Tests
+    push their own weights to it; a test that kills it gets a new one from ``vllm.ensure()``."""
+    from support import VLLMServer, vllm_python
+
+    server = VLLMServer(vllm_python(), tiny_llama, tmp_path_factory.mktemp("vllm")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

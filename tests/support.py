@@ -1,17 +1,20 @@
-"""Shared by several test modules: a tiny transformers checkpoint built on the spot, and a
-real HTTP server for an ASGI app on 127.0.0.1."""
+"""Shared by several test modules: a tiny transformers checkpoint built on the spot, a real
+HTTP server for an ASGI app on 127.0.0.1, and vLLM's server in its own virtual environment."""
 
 import contextlib
 import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import torch
 import uvicorn
-from fastapi import FastAPI
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the Hub
 
@@ -44,10 +47,10 @@ BARE_TEMPLATE = (
 )
 
 
-def build_hf_checkpoint(folder: Path, context: int = 256) -> Path:
+def build_hf_checkpoint(folder: Path, context: int = 256, head_dim: int = 8) -> Path:
     """A randomly initialised 2-layer Llama and a byte-level BPE tokenizer with a chat template
     that renders tools and tool calls, saved to ``folder``: a real transformers checkpoint
-    made without any download."""
+    made without any download. Four heads of ``head_dim`` (vLLM's CPU attention needs 32 or more)."""
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -64,8 +67,8 @@ def build_hf_checkpoint(folder: Path, context: int = 256) -> Path:
     tokenizer.chat_template = TEMPLATE
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=4 * head_dim,
+        intermediate_size=8 * head_dim,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -81,11 +84,12 @@ def build_hf_checkpoint(folder: Path, context: int = 256) -> Path:
 
 
 @contextlib.contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` on a free port of 127.0.0.1 in a background thread; yields its ``/v1`` URL."""
+def serving(app: Any, path: str = "/v1", **options: Any) -> Iterator[str]:
+    """Serve the ASGI ``app`` on a free port of 127.0.0.1 in a background thread; yields its URL
+    plus ``path``. ``options`` go to ``uvicorn.Config``."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -94,8 +98,119 @@ def serving(app: FastAPI) -> Iterator[str]:
                 break
             time.sleep(0.005)
         assert server.started, "the test server did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}{path}"
     finally:
         server.should_exit = True
         thread.join()
         sock.close()
+
+
+# ---- vLLM, in its own virtual environment -------------------------------------------------------
+REPO = Path(__file__).resolve().parent.parent
+
+
+def vllm_python() -> str:
+    """The python of vLLM's virtual environment, built by ``scripts/vllm-venv`` the first time
+    (a few minutes; later calls return at once)."""
+    done = subprocess.run([str(REPO / "scripts" / "vllm-venv")], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/vllm-venv failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+class VLLMServer:
+    """vLLM's OpenAI-compatible server for the checkpoint ``model``, on a free port of 127.0.0.1,
+    with the weight endpoints (``VLLM_SERVER_DEV_MODE``) and log-probs of the temperature-scaled
+    distribution. Its caches, temporary files and log stay in ``folder``; it runs in a process
+    group of its own, so :meth:`kill` takes its engine and worker processes with it."""
+
+    def __init__(self, python: str, model: Path, folder: Path, name: str = "tiny"):
+        self.python, self.model, self.folder, self.name = python, model, folder, name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "vllm.log"
+
+    def start(self, timeout_s: float = 600) -> "VLLMServer":
+        for sub in ("tmp", "cache"):
+            (self.folder / sub).mkdir(parents=True, exist_ok=True)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        env = {
+            **os.environ,
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "TMPDIR": str(self.folder / "tmp"),
+            "VLLM_CACHE_ROOT": str(self.folder / "cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.folder / "cache" / "inductor"),
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+        command = [
+            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model), "--served-model-name", self.name,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--enforce-eager", "--dtype", "float32", "--max-model-len", "256",
+            "--logprobs-mode", "processed_logprobs", "--seed", "0",
+        ]  # fmt: skip
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout_s  # a bound on a broken start-up, not a speed check
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode} while starting:\n{self.tail()}")
+            if self._healthy():
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"vLLM did not answer /health within {timeout_s} s:\n{self.tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self._healthy()
+
+    def ensure(self) -> "VLLMServer":
+        """This server, started again if it died (the fault test kills it)."""
+        if not self.alive():
+            self.stop()
+            self.start()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL to the server and its engine processes at once: a crash, not a shutdown."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        with contextlib.suppress(ProcessLookupError):  # engine processes a dead server left behind
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])

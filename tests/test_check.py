@@ -288,7 +288,7 @@ def test_factory_that_does_not_build_an_env_stops_early() -> None:
 def test_check_by_name_reports_unloadable_env_and_raises_on_typos(monkeypatch: pytest.MonkeyPatch) -> None:
     from ludus.core import registry
 
-    declared = registry._declared()
+    declared = dict(registry._declared())
     declared["ghost"] = registry.EnvEntry("ghost", "ludus.no_such_module:Ghost", "builtin")
     monkeypatch.setattr(registry, "_declared", lambda: dict(declared))
     report = check_env_by_name("ghost")

@@ -224,6 +224,19 @@ def test_ludus_eval_with_ray_writes_trajectories_and_summary(host, tmp_path):
     assert main([*argv, "--name", "r2", "--ray-actors", "2"]) == 2  # --ray-actors without --ray
 
 
+def test_ludus_train_with_ray_logs_the_same_metrics_as_with_threads(host, tmp_path):
+    from ludus.cli import main
+
+    argv = ["train", "--steps", "2", "--eval-every", "0", "--eval-size", "16", "--prompts-per-step", "8"]
+    argv += ["--group-size", "4", "--runs-dir", str(tmp_path), "--checkpoint-every", "0"]
+    assert main([*argv, "--name", "threads"]) == 0
+    assert main([*argv, "--name", "ray", "--ray", "--ray-actors", "1"]) == 0
+    runs = [(tmp_path / n / "metrics.jsonl").read_text().splitlines() for n in ("threads", "ray")]
+    metrics = [[{k: v for k, v in json.loads(x).items() if "_s" not in k} for x in run] for run in runs]
+    assert metrics[0] == metrics[1] and len(metrics[0]) >= 3
+    assert main([*argv, "--name", "bad", "--ray-address", "auto"]) == 2  # a cluster address without --ray
+
+
 def test_missing_ray_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without the extra looks like
     with pytest.raises(ImportError, match=r"pip install 'ludus\[ray\]'"):

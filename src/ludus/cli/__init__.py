@@ -17,7 +17,18 @@ from collections.abc import Sequence
 
 from ludus.cli.common import CommandParser
 
-COMMANDS = ("train", "warmstart", "verify", "serve", "doctor", "eval", "envs", "check")  # modules, in --help order
+COMMANDS = (
+    "train",
+    "warmstart",
+    "verify",
+    "serve",
+    "serve_env",
+    "doctor",
+    "eval",
+    "export",
+    "envs",
+    "check",
+)  # modules, in --help order
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from ludus.cli.common import MODEL_ARGS_HELP
+from ludus.cli.common import MODEL_ARGS_HELP, add_env_server_arguments
 
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
@@ -45,29 +45,29 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--ray", action="store_true", help="run the environments in Ray actors (pip install 'ludus[ray]')")
     p.add_argument("--ray-address", help="join a Ray cluster: HOST:PORT, ray://HOST:10001, auto (default: local)")
     p.add_argument("--ray-actors", type=int, help="Ray actors holding environments (default 2)")
+    add_env_server_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
     import time
     from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
-    from ludus.cli.common import console, model_args, progress_bar
-    from ludus.core.registry import env_class
+    from ludus.cli.common import console, env_factory, model_args, progress_bar
     from ludus.policies import SamplingParams, load_policy
     from ludus.rollout.engine import RolloutConfig
     from ludus.rollout.evaluate import evaluate
+    from ludus.rollout.hosts import make_host
 
     ks = sorted({int(k) for k in args.k.split(",") if k.strip()}) if args.k else [1]
     if not ks or ks[0] < 1 or ks[-1] > args.samples:
         raise ValueError(f"--k must be positive and at most --samples ({args.samples}); got {args.k!r}")
     env_args = json.loads(args.env_args) if args.env_args else {}
-    cls = env_class(args.env)
-    source = cls(**env_args).task_source(args.split)
+    make_env, servers, token = env_factory(args.env, env_args, args.env_server)
+    source = make_env().task_source(args.split)
     count = args.tasks if args.tasks is not None else (source.size if source.size is not None else 100)
     if source.size is not None and count > source.size:
         raise ValueError(f"--tasks {count} is more than the {source.size} tasks of {args.env}'s {args.split} split")
@@ -84,14 +84,13 @@ def run(args: argparse.Namespace) -> int:
         options["tool_format"] = args.tool_format
     if (args.ray_address or args.ray_actors is not None) and not args.ray:
         raise ValueError("--ray-address and --ray-actors set up the Ray scale-out: add --ray")
-    actors = args.ray_actors if args.ray_actors is not None else 2
-    if actors < 1:
-        raise ValueError(f"--ray-actors must be at least 1, got {actors}")
     if args.model == "oracle":  # scripted policies: prove the tasks solvable and the rewards discriminating
         from ludus.rollout.engine import requests
         from ludus.rollout.scripted import OraclePolicy
 
-        policy = OraclePolicy(lambda: cls(**env_args), requests(tasks, args.samples))
+        if servers:
+            raise ValueError("--model oracle plays reference answers, which stay on the env server: evaluate it there")
+        policy = OraclePolicy(make_env, requests(tasks, args.samples))
     elif args.model == "nothing":
         from ludus.rollout.scripted import NothingPolicy
 
@@ -105,21 +104,24 @@ def run(args: argparse.Namespace) -> int:
         f"temperature={temperature} run={run_dir}"
     )
     state = {"n": 0, "reward": 0.0, "infra": 0}
-    host = None
     try:
-        if args.ray:
-            from ludus.rollout.ray_host import RayHost
-
-            per_actor = -(-args.env_workers // actors)  # --env-workers calls at once in all, as without Ray
-            # on this machine alone, the actors share its cores; on a cluster each reserves one
-            cpus = 1.0 if args.ray_address else min(1.0, (os.cpu_count() or 1) / actors)
-            try:
-                host = RayHost(actors, per_actor, address=args.ray_address, num_cpus_per_actor=cpus)
-            except (ImportError, ConnectionError, RuntimeError) as exc:  # no Ray, no cluster, no actors: say so
-                console().print(f"[red]error:[/] {exc}")
-                return 2
-            where = args.ray_address or "local"
-            console().print(f"environments on Ray ({where}): {actors} actors × {per_actor} calls at once")
+        host = make_host(
+            args.env_workers,
+            env_servers=servers,
+            token=token,
+            ray=args.ray,
+            ray_address=args.ray_address,
+            ray_actors=2 if args.ray_actors is None else args.ray_actors,
+        )
+    except (ImportError, ConnectionError, RuntimeError) as exc:  # no Ray, no cluster, no server: say so
+        policy.close()
+        console().print(f"[red]error:[/] {exc}")
+        return 2
+    if args.ray:
+        console().print(f"environments on Ray ({args.ray_address or 'local'}), {args.env_workers} calls at once")
+    elif servers:
+        console().print(f"environments on {len(servers)} env server(s): {', '.join(servers)}")
+    try:
         with progress_bar("eval") as progress:
             bar = progress.add_task("", total=count * args.samples)
 
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
             summary = evaluate(
                 policy,
-                lambda: cls(**env_args),
+                make_env,
                 tasks,
                 run_dir,
                 samples=args.samples,
@@ -154,8 +156,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         policy.close()
-        if host is not None:
-            host.shutdown()
+        host.shutdown()
     table = Table("metric", "value", title=f"{args.env} × {args.model}")
     table.add_row("tasks", str(summary.tasks))
     table.add_row("samples (gradable)", str(summary.samples))

@@ -21,12 +21,16 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--name", help="model name clients send and /v1/models lists (default: the SPEC)")
     p.add_argument("--max-batch", type=int, default=32, metavar="N", help="most conversations per generate call")
     p.add_argument("--model-args", help=MODEL_ARGS_HELP)
+    p.add_argument(
+        "--weight-updates",
+        action="store_true",
+        help="let a trainer replace the weights (POST /collective_rpc reload_weights, as vLLM's dev mode): "
+        "for ludus train --rollout-server",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import socket
-
     from ludus.cli.common import console, model_args
 
     try:
@@ -40,25 +44,13 @@ def run(args: argparse.Namespace) -> int:
         console().print(f"[red]error:[/] {escape(hint)}")
         return 2
     from ludus.policies import load_policy
+    from ludus.serve.net import address, listen
 
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port must be in 0..65535 (0 picks a free one), got {args.port}")
+    sock = listen(args.host, args.port)
     policy = load_policy(args.model, **model_args(args.model_args))
-    app = create_app(policy, args.name or args.model, max_batch=args.max_batch)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-        sock.listen(2048)  # from here on, connections wait in the backlog instead of being refused
-    except OSError as exc:
-        sock.close()
-        raise ValueError(
-            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; choose another --port (0 picks a free one)"
-        ) from exc
-    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    app = create_app(policy, args.name or args.model, max_batch=args.max_batch, weight_updates=args.weight_updates)
     console().print(
-        f"serving {args.name or args.model} at http://{host}:{sock.getsockname()[1]}/v1 (OpenAI-compatible; Ctrl-C stops)",
+        f"serving {args.name or args.model} at {address(sock)}/v1 (OpenAI-compatible; Ctrl-C stops)",
         markup=False,
         highlight=False,
         soft_wrap=True,

@@ -18,8 +18,17 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.set_defaults(run=run)
 
 
+# fields whose flag says more than its default
+METAVARS = {"rollout_server": "URL", "rollout_weights_dir": "DIR"}
+NOTES = {
+    "rollout_server": "; sample on vLLM or `ludus serve-model --weight-updates` at this /v1 URL, token ids in and "
+    "out, the weights pushed after every step (needs model: hf:PATH; docs/integrations.md)",
+}
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--field-name VALUE`` flag per field of ``TrainConfig``, its default in the help."""
+    """One ``--field-name VALUE`` flag per field of ``TrainConfig``, its default in the help; a
+    yes/no field's flag alone means true (``--ray`` is ``--ray true``)."""
     from ludus.train.config import FIELDS, TrainConfig
 
     group = parser.add_argument_group(
@@ -28,8 +37,14 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     defaults = TrainConfig().to_dict()
     for name in FIELDS:
         shown = json.dumps(defaults[name]) if isinstance(defaults[name], dict) else repr(defaults[name])
+        switch = {"nargs": "?", "const": "true"} if isinstance(defaults[name], bool) else {}
         group.add_argument(
-            f"--{name.replace('_', '-')}", dest=f"cfg_{name}", metavar="VALUE", default=None, help=f"default {shown}"
+            f"--{name.replace('_', '-')}",
+            dest=f"cfg_{name}",
+            metavar=METAVARS.get(name, "VALUE"),
+            default=None,
+            help=f"default {shown}{NOTES.get(name, '')}",
+            **switch,
         )
 
 

@@ -256,7 +256,7 @@ def _check_metadata(ctx: _Context) -> None:
     with ctx.env() as env:
         cls = type(env)
         for attr in ("name", "description"):
-            value = getattr(cls, attr, "")
+            value = getattr(env, attr, "")  # the class's, unless the instance has its own (a RemoteEnv's)
             if not isinstance(value, str) or not value.strip():
                 raise _Failed(f"{cls.__name__}.{attr} is empty; set it as a class attribute")
         bounds = env.reward_range

@@ -67,6 +67,7 @@ class Env(ABC):
         self.task: Task | None = None
         self.messages: list[Message] = []
         self.turn = 0
+        self.episode_seed = 0  # the seed of the current episode, as reset got it
         self.done = True
         self.rng = random.Random(0)
 
@@ -116,29 +117,84 @@ class Env(ABC):
         seed = 0 if seed is None else int(seed)
         if task is None:
             task = self.task_source("train").get(seed)
-        if not isinstance(task, Task):
-            raise TypeError(f"reset() expects a ludus Task, got {type(task).__name__}")
-        self.rng = random.Random(f"{self.name}:{task.id}:{seed}")
-        self.task, self.turn, self.done = task, 0, False
-        obs = self.begin(task)
-        self.messages = list(obs.messages)
-        return obs
+        self._start(task, seed)
+        return self._begun(self.begin(task))
 
     def step(self, action: str | Message) -> StepResult:
         """Apply one policy turn. Never raises because of what the model wrote."""
+        action = self._accept(action)
+        try:
+            result: StepResult | Exception = self.transition(action)
+        except Exception as exc:  # the environment's own bug or infrastructure: not the policy's fault
+            result = exc
+        return self._record(action, result)
+
+    async def areset(self, task: Task | None = None, seed: int | None = None) -> Observation:
+        """``reset`` for event loops: awaits :meth:`abegin` when the subclass has one, else runs
+        ``reset`` in a worker thread."""
+        import asyncio  # only async callers pay for it: importing ludus.core stays quick
+
+        if not has_async_hooks(self):
+            return await asyncio.to_thread(self.reset, task, seed)
+        seed = 0 if seed is None else int(seed)
+        if task is None:
+            task = await asyncio.to_thread(self.task_source("train").get, seed)
+        self._start(task, seed)
+        return self._begun(await self.abegin(task))
+
+    async def astep(self, action: str | Message) -> StepResult:
+        """``step`` for event loops: awaits :meth:`atransition` when the subclass has one, else
+        runs ``step`` in a worker thread."""
+        import asyncio
+
+        if not has_async_hooks(self):
+            return await asyncio.to_thread(self.step, action)
+        action = self._accept(action)
+        try:
+            result: StepResult | Exception = await self.atransition(action)
+        except Exception as exc:  # noqa: BLE001 - as in step
+            result = exc
+        return self._record(action, result)
+
+    # ---- optional async hooks: environments whose work is I/O (a server, a browser) ----------
+    async def abegin(self, task: Task) -> Observation:
+        """The async twin of :meth:`begin`. Override both (or neither): ``reset`` calls
+        ``begin``, ``areset`` calls this."""
+        raise NotImplementedError
+
+    async def atransition(self, action: Message) -> StepResult:
+        """The async twin of :meth:`transition`; see :meth:`abegin`."""
+        raise NotImplementedError
+
+    # ---- the episode bookkeeping both twins share ----------------------------------------------
+    def _start(self, task: Task, seed: int) -> None:
+        """Reset the episode state; subclasses with per-episode state extend it."""
+        if not isinstance(task, Task):
+            raise TypeError(f"reset() expects a ludus Task, got {type(task).__name__}")
+        self.rng = random.Random(f"{self.name}:{task.id}:{seed}")
+        self.task, self.episode_seed, self.turn, self.done = task, seed, 0, False
+
+    def _begun(self, obs: Observation) -> Observation:
+        self.messages = list(obs.messages)
+        return obs
+
+    def _accept(self, action: str | Message) -> Message:
         if self.task is None or self.done:
             raise EnvStateError("step() needs a running episode: call reset() first (again after the episode ends)")
         if isinstance(action, str):
             action = Message("assistant", action)
         if not isinstance(action, Message) or action.role != "assistant":
             raise TypeError("step() expects the policy's text or an assistant Message")
-        try:
-            result = self.transition(action)
-            problem = self._contract_problem(result)
-        except Exception as exc:  # the environment's own bug or infrastructure: not the policy's fault
-            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return action
+
+    def _record(self, action: Message, result: StepResult | Exception) -> StepResult:
+        """Enforce the contract on what ``transition`` gave (or raised) and advance the episode."""
+        if isinstance(result, Exception):
+            detail = traceback.format_exception_only(type(result), result)[-1].strip()
+            problem: str | None = f"{type(self).__name__}.transition raised {detail}"
             result = StepResult(Observation([]), 0.0, terminated=True)
-            problem = f"{type(self).__name__}.transition raised {detail}"
+        else:
+            problem = self._contract_problem(result)
         if problem:
             result.reward, result.terminated = 0.0, True
             result.score = Score.zero(Status.INFRA_ERROR, problem)
@@ -151,19 +207,7 @@ class Env(ABC):
         self.done = result.done
         return result
 
-    async def areset(self, task: Task | None = None, seed: int | None = None) -> Observation:
-        """``reset`` for event loops; runs in a worker thread unless a subclass overrides it."""
-        import asyncio  # only async callers pay for it: importing ludus.core stays quick
-
-        return await asyncio.to_thread(self.reset, task, seed)
-
-    async def astep(self, action: str | Message) -> StepResult:
-        """``step`` for event loops; runs in a worker thread unless a subclass overrides it."""
-        import asyncio
-
-        return await asyncio.to_thread(self.step, action)
-
-    def _contract_problem(self, result: StepResult) -> str | None:
+    def _contract_problem(self, result: Any) -> str | None:
         if not isinstance(result, StepResult):
             return f"transition() returned {type(result).__name__}, not a StepResult"
         lo, hi = self.reward_range
@@ -172,6 +216,12 @@ class Env(ABC):
         if result.done and result.score is None:
             return "the episode ended without a Score"
         return None
+
+
+def has_async_hooks(env: Env) -> bool:
+    """Whether ``env`` implements :meth:`Env.abegin`/:meth:`Env.atransition`, so that its
+    ``areset``/``astep`` are worth awaiting on an event loop rather than running on a thread."""
+    return type(env).abegin is not Env.abegin
 
 
 class SingleTurnEnv(Env):
@@ -231,9 +281,9 @@ class ToolEnv(SingleTurnEnv):
             self._honeypot = what
             logger.warning("honeypot touched in %s, task %s: %s", self.name, self.task and self.task.id, what)
 
-    def reset(self, task: Task | None = None, seed: int | None = None) -> Observation:
+    def _start(self, task: Task, seed: int) -> None:
         self._honeypot, self._tool_calls_used, self._tools = None, 0, None
-        return super().reset(task, seed)
+        super()._start(task, seed)
 
     def cache_scope(self) -> str | None:
         """What cacheable tools' results depend on besides their arguments — e.g. the task id,

@@ -14,6 +14,7 @@ is imported only when its environment is made or described, which keeps ``ludus 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -70,9 +71,12 @@ def register(name: str, env_cls: type[Env]) -> None:
     _registered[name] = env_cls
 
 
+@functools.cache
 def _declared() -> dict[str, EnvEntry]:
-    """Every ``ludus.envs`` entry point of the installed packages. Ludus's own win over another
-    package's entry of the same name, so a third-party package cannot replace a built-in."""
+    """Every ``ludus.envs`` entry point of the installed packages, read once per process (reading
+    them costs milliseconds; an environment server makes one environment per session). Ludus's
+    own win over another package's entry of the same name, so a third-party package cannot
+    replace a built-in."""
     found: dict[str, EnvEntry] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
@@ -86,7 +90,7 @@ def _declared() -> dict[str, EnvEntry]:
 
 def entries() -> dict[str, EnvEntry]:
     """Every known environment by name; one registered in this process wins over an entry point."""
-    found = _declared()
+    found = dict(_declared())
     for name, cls in _registered.items():
         found[name] = EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
     return dict(sorted(found.items()))

@@ -303,21 +303,65 @@ class HFPolicy(TrainablePolicy):
         results = []
         for prompt, row, lps in zip(prompts, all_ids, all_lp, strict=True):
             n = next((k + 1 for k, tok in enumerate(row) if tok in stops), len(row))
-            stopped = row[n - 1] in stops
-            keep_special = self.tool_format.special_markers
-            body = row[: n - 1] if stopped and keep_special else row[:n]
-            text, calls = self.tool_format.parse(self.tokenizer.decode(body, skip_special_tokens=not keep_special))
-            results.append(
-                Completion(
-                    text=text,
-                    prompt_ids=prompt,
-                    completion_ids=row[:n],
-                    logprobs=lps[:n],
-                    finish_reason="tool_calls" if calls and stopped else "stop" if stopped else "length",
-                    tool_calls=calls,
-                )
-            )
+            results.append(self.completion(prompt, row[:n], lps[:n]))
         return results
+
+    def completion(self, prompt_ids: list[int], completion_ids: list[int], logprobs: list[float]) -> Completion:
+        """The :class:`Completion` of sampled tokens: their text and tool calls as this model's
+        tokenizer and tool-call format read them (the tokens themselves are kept exactly)."""
+        stopped = bool(completion_ids) and completion_ids[-1] in self.eos_ids
+        keep_special = self.tool_format.special_markers
+        body = completion_ids[:-1] if stopped and keep_special else completion_ids
+        text, calls = self.tool_format.parse(self.tokenizer.decode(body, skip_special_tokens=not keep_special))
+        return Completion(
+            text=text,
+            prompt_ids=list(prompt_ids),
+            completion_ids=list(completion_ids),
+            logprobs=list(logprobs),
+            finish_reason="tool_calls" if calls and stopped else "stop" if stopped else "length",
+            tool_calls=calls,
+        )
+
+    @torch.no_grad()
+    def generate_from_ids(
+        self, prompts: list[list[int]], sampling: SamplingParams, *, generator: torch.Generator | None = None
+    ) -> list[Completion]:
+        """``generate`` for prompts that are token ids already (a server's token-in requests)."""
+        if not prompts:
+            return []
+        if any(not p or min(p) < 0 or max(p) >= len(self.tokenizer) for p in prompts):
+            raise ValueError(f"a prompt's token ids must be a non-empty list of ids in [0, {len(self.tokenizer)})")
+        self._check_fits(max(map(len, prompts)), sampling.max_tokens)
+        with eval_mode(self.module):
+            return self._generate([list(p) for p in prompts], sampling, generator)
+
+    # ---- weights only (what a rollout server reloads) ------------------------------------
+    def save_weights(self, path: str | Path) -> None:
+        """The weights alone, as ``save_pretrained`` writes them (safetensors; what vLLM's
+        ``reload_weights`` and :meth:`load_weights` read), without the tokenizer."""
+        with _no_progress_bars():
+            self.module.save_pretrained(Path(path))
+
+    @torch.no_grad()
+    def load_weights(self, path: str | Path) -> None:
+        """Replace the weights in place with the safetensors files of ``path`` (see :meth:`save_weights`)."""
+        from safetensors.torch import load_file  # noqa: PLC0415 - comes with transformers
+
+        files = sorted(Path(path).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{path} holds no .safetensors weights; write them with save_weights(path)")
+        state: dict[str, torch.Tensor] = {}
+        for file in files:
+            state.update(load_file(file))
+        result = self.module.load_state_dict(state, strict=False)
+        tied_embeddings = getattr(self.module.config, "tie_word_embeddings", False)
+        tied = set(getattr(self.module, "_tied_weights_keys", None) or ()) if tied_embeddings else set()
+        missing = [k for k in result.missing_keys if k not in tied]
+        if result.unexpected_keys or missing:
+            raise ValueError(
+                f"the weights in {path} do not fit {self.name}: missing {missing[:5]}, unexpected "
+                f"{result.unexpected_keys[:5]}; they must come from the same architecture (save_weights)"
+            )
 
     # ---- training ----------------------------------------------------------------------
     def token_logprobs(

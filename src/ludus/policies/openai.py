@@ -341,8 +341,9 @@ class OpenAIPolicy(Policy):
         payload: dict[str, Any] | None,
         parse: Callable[[Any], T],
     ) -> T:
-        """One request, retried with exponential back-off while the failure may be passing."""
-        url = self.base_url + path
+        """One request, retried with exponential back-off while the failure may be passing.
+        ``path`` is below the base URL (``/chat/completions``), or a whole URL."""
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:

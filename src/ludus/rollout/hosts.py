@@ -9,13 +9,14 @@ their results or their exceptions.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from ludus.core.env import Env
+from ludus.core.env import Env, has_async_hooks
 from ludus.core.types import Message, Observation, StepResult, Task
 
 
@@ -89,16 +90,19 @@ class ThreadHost:
 class _ThreadSession:
     def __init__(self, host: ThreadHost, env: Env):
         self.host, self.env, self.name, self.quick = host, env, env.name, env.quick
+        # an environment's own coroutines run on the event loop; its blocking calls go to a thread
+        native = has_async_hooks(env)
+        self.async_reset, self.async_step = native or _overrides(env, "areset"), native or _overrides(env, "astep")
 
     async def reset(self, task: Task, seed: int) -> Observation:
-        if _overrides(self.env, "areset"):
+        if self.async_reset:
             return await self.env.areset(task, seed)
         if self.env.quick:
             return self.env.reset(task, seed)
         return await self.host.run(self.env.reset, task, seed)
 
     async def step(self, action: Message) -> StepResult:
-        if _overrides(self.env, "astep"):
+        if self.async_step:
             return await self.env.astep(action)
         if self.env.quick:
             return self.env.step(action)
@@ -121,3 +125,33 @@ def _close_quietly(env: Env) -> None:
         env.close()
     except Exception:  # noqa: BLE001 - closing must not turn a finished episode into a failure
         pass
+
+
+def make_host(
+    threads: int,
+    *,
+    env_servers: Sequence[str] = (),
+    token: str | None = None,
+    ray: bool = False,
+    ray_address: str | None = None,
+    ray_actors: int = 2,
+) -> EnvHost:
+    """Where ``ludus eval`` and ``ludus train`` run environments: ``threads`` threads here (the
+    default), sessions on env servers (:class:`~ludus.rollout.remote.ServerHost`), or Ray actors
+    (:class:`~ludus.rollout.ray_host.RayHost`) sharing ``threads`` calls at once among them."""
+    if env_servers and ray:
+        raise ValueError("environments run on env servers or on Ray actors, not both: drop one of the two")
+    if env_servers:
+        from ludus.rollout.remote import ServerHost
+
+        return ServerHost(env_servers, token=token)
+    if ray:
+        from ludus.rollout.ray_host import RayHost
+
+        if ray_actors < 1:
+            raise ValueError(f"Ray actors must be at least 1, got {ray_actors}")
+        per_actor = -(-threads // ray_actors)  # the same calls at once in all as without Ray
+        # on this machine alone, the actors share its cores; on a cluster each reserves one
+        cpus = 1.0 if ray_address else min(1.0, (os.cpu_count() or 1) / ray_actors)
+        return RayHost(ray_actors, per_actor, address=ray_address, num_cpus_per_actor=cpus)
+    return ThreadHost(threads)

@@ -5,6 +5,14 @@ and OpenAI speak, so :class:`ludus.policies.openai.OpenAIPolicy` and other tools
 Concurrent requests are micro-batched: one background task gathers what is pending and runs it
 through ``policy.generate`` in a single worker thread, so the model is never used by two threads
 at once and each forward pass is as wide as the traffic allows.
+
+For training with generation here (``ludus train --rollout-server``), a transformers model also
+answers ``POST /v1/completions`` with a prompt of token ids (token in, token out: the sampled ids
+and their log-probs come back with ``return_token_ids``), and, made with ``weight_updates=True``,
+the weight endpoints vLLM has in its development mode: ``POST /collective_rpc`` with method
+``reload_weights`` (new weights from a folder of safetensors, loaded between two generate
+calls), ``POST /reset_prefix_cache`` (nothing is cached here), ``POST /update_weight_version``
+and ``GET /weight_info`` (a version tag the trainer sets and checks).
 """
 
 from __future__ import annotations
@@ -103,6 +111,23 @@ class ChatRequest(BaseModel):
     stop: str | list[str] | None = None
 
 
+class CompletionRequest(BaseModel):
+    """``/v1/completions`` as the rollout client sends it: a prompt of token ids, or several (one
+    choice each, in order); or text, which the model's tokenizer encodes."""
+
+    model: str | None = None
+    prompt: list[int] | list[list[int]] | str = Field(min_length=1)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    logprobs: int | None = Field(None, ge=0)
+    return_token_ids: bool | None = None
+    stop_token_ids: list[int] | None = None
+    add_special_tokens: bool | None = None
+    stream: bool | None = None
+
+
 class _BadRequest(Exception):
     def __init__(self, message: str, code: str, param: str | None = None):
         super().__init__(message)
@@ -118,6 +143,11 @@ class _Pending:
     seed: int | None
     token_texts: bool  # decode each completion token (for log-probs) in the worker thread too
     done: asyncio.Future[list[tuple[Completion, list[str]]]]
+    prompt_ids: list[list[int]] | None = None  # token-id prompts (/v1/completions) instead of conversations
+
+    @property
+    def size(self) -> int:
+        return len(self.prompt_ids) if self.prompt_ids is not None else len(self.conversations)
 
 
 class _Batcher:
@@ -137,11 +167,16 @@ class _Batcher:
         sampling: SamplingParams,
         seed: int | None,
         token_texts: bool,
+        prompt_ids: list[list[int]] | None = None,
     ) -> list[tuple[Completion, list[str]]]:
         done = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(conversations, tools, sampling, seed, token_texts, done))
+        self._pending.append(_Pending(conversations, tools, sampling, seed, token_texts, done, prompt_ids))
         self._wakeup.set()
         return await done
+
+    async def between_batches(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in the model's thread, between two generate calls (a weight reload)."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
     @property
     def queued(self) -> int:
@@ -164,10 +199,10 @@ class _Batcher:
 
     def _take(self) -> list[_Pending]:
         batch = [self._pending.popleft()]
-        size = len(batch[0].conversations)
-        while self._pending and size + len(self._pending[0].conversations) <= self.max_batch:
+        size = batch[0].size
+        while self._pending and size + self._pending[0].size <= self.max_batch:
             batch.append(self._pending.popleft())
-            size += len(batch[-1].conversations)
+            size += batch[-1].size
         return batch
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
@@ -177,7 +212,7 @@ class _Batcher:
                 continue
             # Requests share a generate call when they sample alike; a seeded one samples alone,
             # so that its seed alone decides its tokens.
-            key = pending.sampling if pending.seed is None else id(pending)
+            key = (pending.sampling, pending.prompt_ids is None) if pending.seed is None else id(pending)
             groups.setdefault(key, []).append(pending)
         for group in groups.values():
             await self._run_group(group)
@@ -188,9 +223,10 @@ class _Batcher:
         conversations = [c for p in group for c in p.conversations]
         tools = [t for p in group for t in p.tools]
         texts = any(p.token_texts for p in group)
+        prompts = None if head.prompt_ids is None else [ids for p in group for ids in p.prompt_ids or []]
         try:
             results = await asyncio.get_running_loop().run_in_executor(
-                self._worker, self._generate, conversations, head.sampling, generator, tools, texts
+                self._worker, self._generate, conversations, head.sampling, generator, tools, texts, prompts
             )
         except ValueError as exc:  # the model refuses an input (a prompt too long for it)
             if len(group) > 1:  # find the request at fault; the others still get their answers
@@ -205,8 +241,8 @@ class _Batcher:
             return
         start = 0
         for pending in group:
-            _settle(pending, results[start : start + len(pending.conversations)])
-            start += len(pending.conversations)
+            _settle(pending, results[start : start + pending.size])
+            start += pending.size
 
     def _generate(
         self,
@@ -215,10 +251,15 @@ class _Batcher:
         generator: torch.Generator | None,
         tools: list[list[ToolSpec]],
         texts: bool,
+        prompts: list[list[int]] | None = None,
     ) -> list[tuple[Completion, list[str]]]:
-        completions = self.policy.generate(conversations, sampling, tools=tools, generator=generator)
-        if len(completions) != len(conversations):
-            raise RuntimeError(f"the policy returned {len(completions)} completions for {len(conversations)} prompts")
+        if prompts is not None:
+            completions = self.policy.generate_from_ids(prompts, sampling, generator=generator)  # type: ignore[attr-defined]
+        else:
+            completions = self.policy.generate(conversations, sampling, tools=tools, generator=generator)
+        asked = len(prompts) if prompts is not None else len(conversations)
+        if len(completions) != asked:
+            raise RuntimeError(f"the policy returned {len(completions)} completions for {asked} prompts")
         decode = self._decode if texts else None
         return [(c, [decode(i) for i in c.completion_ids] if decode else []) for c in completions]
 
@@ -293,9 +334,12 @@ def _problem(error: dict[str, Any]) -> str:
 
 
 # ---- the app -----------------------------------------------------------------------------------
-def create_app(policy: Policy, model_name: str, *, max_batch: int = 32) -> FastAPI:
+def create_app(policy: Policy, model_name: str, *, max_batch: int = 32, weight_updates: bool = False) -> FastAPI:
     """``GET /health``, ``GET /v1/models`` and ``POST /v1/chat/completions`` for ``policy``,
-    served under ``model_name``; at most ``max_batch`` conversations share a ``generate`` call."""
+    served under ``model_name``; at most ``max_batch`` conversations share a ``generate`` call.
+    A transformers model also answers ``POST /v1/completions``; ``weight_updates`` adds the
+    weight endpoints (see the module docstring): anyone who reaches the server can then replace
+    the model's weights with files on this machine."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
 
@@ -394,4 +438,137 @@ def create_app(policy: Policy, model_name: str, *, max_batch: int = 32) -> FastA
             response["prompt_token_ids"] = prompt_ids
         return response
 
+    @app.post("/v1/completions", response_model=None)
+    async def completions(body: CompletionRequest, request: Request) -> dict[str, Any] | JSONResponse:
+        tokenizer = getattr(policy, "tokenizer", None)
+        if not callable(getattr(policy, "generate_from_ids", None)) or tokenizer is None:
+            raise _BadRequest(
+                f"{model_name} answers chat completions only (/v1/chat/completions); completions of token ids "
+                "need a transformers model (--model hf:PATH)",
+                "unsupported_value",
+                "prompt",
+            )
+        if body.model is not None and body.model != model_name:
+            raise _BadRequest(
+                f"model {body.model!r} is not served here; this server serves {model_name!r}",
+                "model_not_found",
+                "model",
+            )
+        if body.stream:
+            raise _BadRequest("streaming is not supported; send stream=false", "unsupported_value", "stream")
+        eos = set(getattr(policy, "eos_ids", ()))
+        if body.stop_token_ids and not set(body.stop_token_ids) <= eos:
+            raise _BadRequest(
+                f"this server stops at the model's end-of-sequence tokens {sorted(eos)} only; "
+                f"got stop_token_ids {body.stop_token_ids}",
+                "unsupported_value",
+                "stop_token_ids",
+            )
+        if isinstance(body.prompt, str):
+            prompts = [tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)]
+        elif body.prompt and isinstance(body.prompt[0], list):
+            prompts = [list(p) for p in body.prompt]  # type: ignore[union-attr]
+        else:
+            prompts = [list(body.prompt)]  # type: ignore[arg-type]
+        defaults = SamplingParams()
+        sampling = SamplingParams(
+            temperature=defaults.temperature if body.temperature is None else body.temperature,
+            top_p=defaults.top_p if body.top_p is None else body.top_p,
+            max_tokens=body.max_tokens or defaults.max_tokens,
+        )
+        try:
+            answers = await request.app.state.batcher.submit([], [], sampling, body.seed, False, prompt_ids=prompts)
+        except ValueError as exc:
+            raise _BadRequest(str(exc), "invalid_prompt", "prompt") from None
+        except Exception as exc:  # the model failed on good input: say so in the OpenAI format
+            return _error(500, f"the model failed: {type(exc).__name__}: {exc}", "model_error")
+        choices = []
+        for index, (completion, _) in enumerate(answers):
+            ids = completion.completion_ids
+            choice: dict[str, Any] = {
+                "index": index,
+                "text": tokenizer.decode(ids, skip_special_tokens=True),
+                "logprobs": None,
+                "finish_reason": "length" if completion.finish_reason == "length" else "stop",
+            }
+            if body.logprobs is not None:
+                choice["logprobs"] = {
+                    "tokens": [f"token_id:{i}" for i in ids],
+                    "token_logprobs": [lp if math.isfinite(lp) else LOGPROB_FLOOR for lp in completion.logprobs],
+                    "text_offset": [],
+                    "top_logprobs": [],
+                }
+            if body.return_token_ids:
+                choice["token_ids"], choice["prompt_token_ids"] = ids, completion.prompt_ids
+            choices.append(choice)
+        prompt_tokens = sum(len(c.prompt_ids) for c, _ in answers)
+        completion_tokens = sum(len(c.completion_ids) for c, _ in answers)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    if weight_updates:
+        _add_weight_endpoints(app, policy)
     return app
+
+
+class _RpcRequest(BaseModel):
+    method: str
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    timeout: float | None = None
+
+
+class _VersionRequest(BaseModel):
+    new_version: str
+
+
+def _add_weight_endpoints(app: FastAPI, policy: Policy) -> None:
+    """vLLM's development-mode weight endpoints, as far as a trainer needs them."""
+    state = {"weight_version": "default"}
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(body: _RpcRequest, request: Request) -> dict[str, Any]:
+        if body.method != "reload_weights":
+            raise _BadRequest(
+                f"method {body.method!r} is not known here; this server runs reload_weights only",
+                "unsupported_value",
+                "method",
+            )
+        path = body.kwargs.get("weights_path")
+        load = getattr(policy, "load_weights", None)
+        if not isinstance(path, str) or load is None:
+            raise _BadRequest(
+                "reload_weights needs kwargs.weights_path (a folder of safetensors) and a transformers model",
+                "invalid_value",
+                "kwargs.weights_path",
+            )
+        try:
+            await request.app.state.batcher.between_batches(lambda: load(path))
+        except (OSError, ValueError) as exc:
+            raise _BadRequest(
+                f"cannot load weights from {path}: {exc}", "invalid_value", "kwargs.weights_path"
+            ) from None
+        return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> dict[str, Any]:
+        return {"success": True}  # nothing is cached between requests here
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(body: _VersionRequest) -> dict[str, Any]:
+        state["weight_version"] = body.new_version
+        return {"success": True, "new_version": body.new_version}
+
+    @app.get("/weight_info")
+    async def weight_info() -> dict[str, Any]:
+        return {"weight_version": state["weight_version"]}

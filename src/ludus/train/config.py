@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -40,6 +41,13 @@ class TrainConfig:
     env: str = "arithmetic"
     env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+", "digit_credit": 0.5})
     env_threads: int = 32  # environment calls at once (slow ones: sandboxes, servers); quick procedural ones need none
+    # where the environments run: threads here (default); env servers started with `ludus serve-env ENV`
+    # (comma-separated URLs, sessions spread over them; a token comes from $LUDUS_ENV_TOKEN, never from a
+    # config file); or Ray actors (ray: true; ray_address joins a cluster: auto, HOST:PORT, ray://HOST:10001)
+    env_server: str = ""
+    ray: bool = False
+    ray_address: str = ""
+    ray_actors: int = 2
     # model: "tiny" (the embedded model, warm-started into a cached base), a folder saved by ludus (tiny or
     # transformers, e.g. a run's final/) or "hf:PATH" (a local transformers checkpoint; see docs/models.md).
     # The RL defaults below are tuned for tiny: a pretrained model wants a far smaller lr (around 1e-6).
@@ -83,6 +91,14 @@ class TrainConfig:
     # reweights them by min(π_proximal / π_behaviour, importance_cap) (docs/rollout.md)
     max_staleness: int = 0
     importance_cap: float = 2.0
+    # generation on an inference server (docs/integrations.md): the /v1 URL of an OpenAI-compatible server -
+    # vLLM started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs, or `ludus serve-model
+    # --weight-updates` - that samples for the model learning here (an hf: model), token ids in and out; the
+    # weights are pushed to it after every update. Empty: generate in this process
+    rollout_server: str = ""
+    rollout_weights_dir: str = ""  # where pushed weights go for the server to read; empty: <run>/rollout-weights
+    # at the start, the server's log-probs of a probe reply must match the learner's within this (mean per token)
+    rollout_logprob_tolerance: float = 0.1
     # evaluation and logging
     eval_every: int = 25
     eval_size: int = 200
@@ -101,6 +117,7 @@ class TrainConfig:
             "keep_checkpoints",
             "warmstart_batch",
             "env_threads",
+            "ray_actors",
         ]
         for name in positive:
             if getattr(self, name) < 1:
@@ -146,7 +163,49 @@ class TrainConfig:
         for name, hint in typing.get_type_hints(TrainConfig).items():  # set directly, not through _coerce
             if get_origin(hint) is Literal and getattr(self, name) not in get_args(hint):
                 raise ConfigError(f"config field {name!r} must be one of {', '.join(map(repr, get_args(hint)))}")
+        if self.env_server and self.ray:
+            raise ConfigError("config fields 'env_server' and 'ray' both say where environments run: keep one")
+        if self.ray_address and not self.ray:
+            raise ConfigError("config field 'ray_address' joins a Ray cluster for the environments: set ray: true too")
+        for url in self.env_servers:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"config field 'env_server' holds addresses like http://HOST:PORT, got {url!r}")
         self._validate_model()
+        self._validate_rollout_server()
+
+    @property
+    def env_servers(self) -> list[str]:
+        return [u.strip() for u in self.env_server.split(",") if u.strip()]
+
+    def _validate_rollout_server(self) -> None:
+        """Generation on a server needs a transformers model here and a server URL that can take its weights."""
+        if not self.rollout_logprob_tolerance >= 0:
+            raise ConfigError(
+                f"config field 'rollout_logprob_tolerance' must be >= 0, got {self.rollout_logprob_tolerance}"
+            )
+        if not self.rollout_server:
+            return
+        url = self.rollout_server.rstrip("/")
+        if not url.startswith(("http://", "https://")) or not url.endswith("/v1"):
+            raise ConfigError(
+                f"config field 'rollout_server' must be the /v1 URL of an OpenAI-compatible server, e.g. "
+                f"http://127.0.0.1:8000/v1; got {self.rollout_server!r}"
+            )
+        kind = None
+        try:
+            kind = json.loads((Path(self.model.removeprefix("hf:")) / "config.json").read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            pass
+        if self.model == "tiny" or kind == "tiny":
+            raise ConfigError(
+                "config field 'rollout_server' needs a transformers model that the server loads too (model: "
+                f"hf:PATH); model is {self.model!r}, the embedded tiny model, which generates in this process only"
+            )
+        if self.top_p != 1:
+            raise ConfigError(
+                "config field 'top_p' must be 1 with 'rollout_server': the server reports log-probs renormalised "
+                f"over the top-p nucleus, the learner scores the whole distribution; got top_p {self.top_p}"
+            )
 
     def _validate_model(self) -> None:
         """Catch a model that cannot be trained before a run folder is made for it."""

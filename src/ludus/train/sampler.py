@@ -34,6 +34,7 @@ import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -69,6 +70,14 @@ class BehaviourPolicy(Policy):
         with self._lock, torch.no_grad():
             self.inner.module.load_state_dict(policy.module.state_dict())
             self.version = self.inner.version = policy.version
+
+
+class SyncedPolicy(Protocol):
+    """What samples ahead: a policy whose weights ``sync`` makes the learner's (and its version)."""
+
+    version: int
+
+    def sync(self, policy: TrainablePolicy) -> object: ...
 
 
 def train_task(source: TaskSource, index: int) -> Task:
@@ -133,7 +142,10 @@ class AheadSampler:
 
     Groups are numbered by their position in the task stream (:func:`ludus.rollout.engine.requests`);
     the ``start`` position's ``replay`` groups (left unconsumed by a checkpoint) are admitted
-    first, then ``next_group``, ``next_group + 1``, …"""
+    first, then ``next_group``, ``next_group + 1``, …
+
+    ``behaviour`` samples: by default a copy of ``policy`` in this process (:class:`BehaviourPolicy`);
+    a rollout server's client (policies/rollout_server.py) samples on that server instead."""
 
     def __init__(
         self,
@@ -144,15 +156,16 @@ class AheadSampler:
         config: TrainConfig,
         host: EnvHost,
         start: StreamPosition = StreamPosition(),
+        behaviour: SyncedPolicy | None = None,
     ):
         if config.max_staleness < 1:
             raise ValueError(f"max_staleness must be >= 1 for sampling ahead, got {config.max_staleness}")
-        self.behaviour = BehaviourPolicy(policy)
+        self.behaviour: SyncedPolicy = behaviour if behaviour is not None else BehaviourPolicy(policy)
         self.groups_per_step, self.group_size = config.prompts_per_step, config.group_size
         self.max_staleness = config.max_staleness
         batch = self.groups_per_step * self.group_size
         self._engine = RolloutEngine(
-            self.behaviour,
+            self.behaviour,  # type: ignore[arg-type] - a Policy
             env_factory,
             sampling,
             RolloutConfig(max_batch=batch, max_episodes=(self.max_staleness + 1) * batch),
@@ -201,7 +214,7 @@ class AheadSampler:
         return [t for t in batch if t is not None]
 
     def advance(self, policy: TrainablePolicy) -> None:
-        """After an update: the behaviour copy gets the new weights (and version)."""
+        """After an update: the behaviour policy gets the new weights (and version)."""
         self.behaviour.sync(policy)
         self._nudge()
 

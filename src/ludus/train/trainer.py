@@ -9,7 +9,10 @@ By default (``max_staleness: 0``) a step samples with the current weights, then 
 lockstep: seeded runs are reproducible and resume exactly. With ``max_staleness: k`` a sampler
 thread samples the next steps' groups with a copy of the weights while the learner updates
 (sampler.py): samples are up to ``k`` updates old, the loss applies importance weights, and
-timing decides which groups a step gets, so runs are not bit-reproducible.
+timing decides which groups a step gets, so runs are not bit-reproducible. With
+``rollout_server`` an inference server (vLLM, ``ludus serve-model``) samples instead of this
+process — token ids in and out, the learner's weights pushed to it after every update
+(policies/rollout_server.py) — in lockstep or ahead alike.
 
 The run folder (run_folder.py) holds the config, metrics, samples, checkpoints and plot. A
 checkpoint holds weights, optimizer state and every RNG state, so a resumed run continues
@@ -42,10 +45,12 @@ from ludus import policies
 from ludus.core import registry
 from ludus.core.env import Env, TaskSource
 from ludus.core.types import Task, Trajectory
-from ludus.policies.base import SamplingParams, TrainablePolicy
+from ludus.policies.base import Policy, PolicyError, SamplingParams, TrainablePolicy
+from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
 from ludus.rollout.evaluate import env_counts, evaluate
-from ludus.rollout.hosts import ThreadHost
+from ludus.rollout.hosts import make_host
+from ludus.rollout.remote import RemoteEnv, RemoteEnvError
 from ludus.train import grpo
 from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.run_folder import RunFolder
@@ -117,13 +122,44 @@ def lr_factor(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
 
 
 def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
-    """The environment class of ``config.env``, checked to accept ``env_args`` by making one."""
+    """The environment of ``config.env``, checked to accept ``env_args`` by making one; with env
+    servers, a :class:`RemoteEnv` on the first, checked to serve ``config.env``."""
+    if config.env_servers:
+        url, token = config.env_servers[0], os.environ.get("LUDUS_ENV_TOKEN") or None
+        try:
+            probe = RemoteEnv(url, token=token)
+        except RemoteEnvError as exc:
+            raise ConfigError(f"config field 'env_server': {exc}") from None
+        probe.close()
+        if probe.name != config.env:
+            raise ConfigError(f"config field 'env_server': {url} serves {probe.name!r}, not env {config.env!r}")
+        if probe.env_args is not None and probe.env_args != config.env_args:
+            raise ConfigError(
+                f"config field 'env_server': {url} serves {config.env} with env_args {probe.env_args}, the config "
+                f"says {config.env_args}; start the server with --env-args '{json.dumps(config.env_args)}' or set "
+                "env_args to the server's"
+            )
+        return lambda: RemoteEnv(url, token=token)
     cls = registry.env_class(config.env)
     try:
         cls(**config.env_args)
     except TypeError as exc:
         raise ConfigError(f"config field 'env_args' does not fit environment {config.env!r}: {exc}") from exc
     return lambda: cls(**config.env_args)
+
+
+def warmstart_env(config: TrainConfig, env: Env) -> Env:
+    """The environment the tiny model's warm start reads reference answers from: ``env``, or for
+    env servers (whose answers stay there) the same environment made here."""
+    if not (config.env_servers and config.model == "tiny" and config.warmstart_steps):
+        return env
+    try:
+        return registry.make(config.env, **config.env_args)
+    except (registry.UnknownEnvError, registry.EnvLoadError, TypeError) as exc:
+        raise ConfigError(
+            f"the tiny model's warm start reads reference answers from {config.env!r} made here, which failed "
+            f"({exc}); install that environment here, set warmstart_steps: 0, or train model: hf:PATH"
+        ) from None
 
 
 def load_trainable(config: TrainConfig, env: Env, log: Callable[[str], None]) -> TrainablePolicy:
@@ -213,11 +249,21 @@ class Trainer:
 
     def run(self, on_metrics: Metrics | None = None) -> RunResult:
         c = self.config
-        self.host = ThreadHost(c.env_threads)  # environment threads for the whole run, not per step
+        self.host = make_host(  # where environments run, for the whole run, not per step
+            c.env_threads,
+            env_servers=c.env_servers,
+            token=os.environ.get("LUDUS_ENV_TOKEN") or None,
+            ray=c.ray,
+            ray_address=c.ray_address or None,
+            ray_actors=c.ray_actors,
+        )
         self.sampler: AheadSampler | None = None
+        self.rollout: RolloutServerPolicy | None = None  # generation on an inference server (rollout_server)
         try:
             train_tasks, eval_tasks = self._setup()
             step, elapsed, position = self._restore()
+            if self.rollout is not None:
+                self._start_rollout_server(step)
             curve = self.folder.eval_curve()
 
             def emit(record: dict[str, Any]) -> None:
@@ -235,7 +281,14 @@ class Trainer:
                 run_eval()
             if c.max_staleness > 0:
                 self.sampler = AheadSampler(
-                    self.learner.policy, self.env_factory, train_tasks, sampling_params(c), c, self.host, position
+                    self.learner.policy,
+                    self.env_factory,
+                    train_tasks,
+                    sampling_params(c),
+                    c,
+                    self.host,
+                    position,
+                    behaviour=self.rollout,
                 )
                 self.sampler.start()
             interrupted = False
@@ -261,6 +314,8 @@ class Trainer:
         finally:
             if self.sampler is not None:
                 self.sampler.close()
+            if self.rollout is not None:
+                self.rollout.close()
             self.host.shutdown()
 
     def _out_of_time(self, elapsed_s: float) -> bool:
@@ -271,7 +326,7 @@ class Trainer:
         c = self.config
         torch.set_num_threads(c.threads or os.cpu_count() or 1)
         env = self.env_factory()
-        policy = load_trainable(c, env, self.log)
+        policy = load_trainable(c, warmstart_env(c, env), self.log)
         reference = copy.deepcopy(policy.module).eval().requires_grad_(False) if c.beta > 0 else None
         optimizer = torch.optim.AdamW(policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
         self.learner = grpo.Learner(policy, optimizer, reference, torch.Generator().manual_seed(c.seed))
@@ -281,7 +336,7 @@ class Trainer:
         # lockstep: one batch of all live episodes per turn, in request order, so a seeded generator
         # makes a step reproducible however the environments' threads are scheduled
         self.engine = RolloutEngine(
-            policy,
+            self._rollout_policy(policy),
             self.env_factory,
             sampling_params(c),
             RolloutConfig(lockstep=True, max_batch=batch, max_episodes=batch),
@@ -317,7 +372,7 @@ class Trainer:
         """Greedy decoding on the held-out tasks (rollout.evaluate's summary)."""
         self.learner.policy.module.eval()
         summary = evaluate(
-            self.learner.policy,
+            self.rollout or self.learner.policy,
             self.env_factory,
             eval_tasks,
             sampling=self.greedy,
@@ -340,24 +395,96 @@ class Trainer:
         if all(t.score is not None and t.score.is_infra_error for t in trajs):
             # nothing measured the policy: a model that cannot take the prompts, a dead environment
             # server. Going on would spend the run on steps that train nothing.
-            raise TrainingHalted(f"every sample of step {step + 1} failed: {trajs[0].score.reason}")  # type: ignore[union-attr]
+            raise TrainingHalted(
+                f"every sample of step {step + 1} failed: {trajs[0].score.reason}. "  # type: ignore[union-attr]
+                f"Once that is fixed, `ludus train --resume {self.run_dir}` continues from the last checkpoint"
+            )
         lr = c.lr * lr_factor(c, step, elapsed_s)
         for group in self.learner.optimizer.param_groups:
             group["lr"] = lr
         record = step_metrics(step, groups)
         record |= {"lr": lr, **grpo.update(self.learner, grpo.build_samples(groups, c), c)}
         self.learner.policy.version = step + 1
+        record |= self._sync_sampler(step + 1)
         if self.sampler is not None:
-            self.sampler.advance(self.learner.policy)
             record["sampler_wait_s"] = round(t_sampled - t0, 4)
         self.folder.append_samples(step + 1, trajs[: c.samples_per_step])
         dt = time.perf_counter() - t0
         tokens = record.pop("_tokens")
         return record | {"step_time_s": round(dt, 4), "tokens_per_s": round(tokens / dt, 1)}, dt
 
+    # ---- generation on an inference server (rollout_server) -----------------------------
+
+    def _rollout_policy(self, learner: TrainablePolicy) -> Policy:
+        """What samples: the learner itself, or with ``rollout_server`` a client of that server
+        that sends it the learner's token ids and weights (policies/rollout_server.py)."""
+        c = self.config
+        if not c.rollout_server:
+            return learner
+        from ludus.policies.hf import HFPolicy  # noqa: PLC0415 - the config has checked it is one
+
+        if not isinstance(learner, HFPolicy):
+            raise ConfigError(
+                f"config field 'rollout_server' needs a transformers model (model: hf:PATH); {c.model!r} loads "
+                f"a {type(learner).__name__}"
+            )
+        weights = Path(c.rollout_weights_dir) if c.rollout_weights_dir else self.run_dir / "rollout-weights"
+        try:
+            self.rollout = RolloutServerPolicy(c.rollout_server, learner, weights_dir=weights)
+        except PolicyError as exc:
+            raise ConfigError(f"config field 'rollout_server': {exc}") from None
+        return self.rollout
+
+    def _start_rollout_server(self, step: int) -> None:
+        """The server gets the learner's weights (version ``step``), and a probe reply shows that
+        it samples from them: its log-probs are the learner's, within ``rollout_logprob_tolerance``."""
+        assert self.rollout is not None
+        c = self.config
+        try:
+            push_s = self.rollout.sync(self.learner.policy)
+            gap = self.rollout.logprob_gap(c.temperature)
+        except PolicyError as exc:
+            raise TrainingHalted(
+                f"the rollout server {c.rollout_server} cannot take this run's weights: {exc}. It must be vLLM started "
+                "with VLLM_SERVER_DEV_MODE=1 (its weight endpoints) or `ludus serve-model --weight-updates`, "
+                "reachable from here and able to read the folder the weights are written to (docs/integrations.md)"
+            ) from None
+        if c.rollout_logprob_tolerance and gap > c.rollout_logprob_tolerance:
+            raise TrainingHalted(
+                f"the rollout server's log-probs differ from the learner's by {gap:.3g} per token (more than "
+                f"rollout_logprob_tolerance {c.rollout_logprob_tolerance}): it reports log-probs of another "
+                "distribution or samples from other weights. Start vLLM with --logprobs-mode processed_logprobs "
+                "(and --dtype float32 for exact numbers), or raise rollout_logprob_tolerance for a lower-precision server"
+            )
+        self.log(
+            f"rollout server {c.rollout_server}: weights of step {step} pushed in {push_s:.2f} s; its log-probs "
+            f"match the learner's within {gap:.2g} per token"
+        )
+
+    def _sync_sampler(self, version: int) -> dict[str, Any]:
+        """After an update: whatever samples gets the new weights (the sampler's copy, the
+        rollout server); the rollout server's numbers for the step."""
+        try:
+            if self.sampler is not None:
+                self.sampler.advance(self.learner.policy)
+            elif self.rollout is not None:
+                self.rollout.sync(self.learner.policy)
+        except PolicyError as exc:
+            raise TrainingHalted(
+                f"the weights of step {version} could not be pushed to the rollout server: {exc}. Nothing was "
+                f"sampled from weights of unknown version; restart the server and `ludus train --resume "
+                f"{self.run_dir}` continues from the last checkpoint"
+            ) from None
+        if self.rollout is None:
+            return {}
+        stats = self.rollout.take_stats()
+        return {"rollout/push_s": round(self.rollout.last_push_s, 4), **{f"rollout/{k}": v for k, v in stats.items()}}
+
     def _sample(self, step: int, train_tasks: TaskSource) -> list[list[Trajectory]]:
         """This step's groups, sampled now with the current weights (lockstep)."""
         c = self.config
+        if self.rollout is not None:
+            self.rollout.take_stats()  # the step's numbers count its own replies, not the evaluation's
         self.learner.policy.module.eval()
         first = step * c.prompts_per_step
         tasks = [train_task(train_tasks, first + j) for j in range(c.prompts_per_step)]

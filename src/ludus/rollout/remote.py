@@ -1,0 +1,442 @@
+"""Environments on env servers (``ludus serve-env``), used as if they were in this process.
+
+* :class:`RemoteEnv` — one environment on one server, an :class:`~ludus.core.env.Env` with the
+  usual sync and async twins, for code that drives environments itself (TRL, verl, a notebook);
+* :class:`ServerHost` — an :class:`~ludus.rollout.hosts.EnvHost` for the rollout engine that
+  spreads sessions over one or several servers (``ludus eval|train --env-server URL …``);
+* :class:`RemoteTasks` — a server's task split, as public views: id and prompt, never the
+  answer. Resetting with one of these tasks sends its split and index, and the server grades
+  with the task it keeps.
+
+Every request is safe to repeat: the client names its sessions and numbers its steps, so a
+retry after a dropped connection, a timeout or a busy server returns the reply of the step
+already taken instead of taking it twice. What still fails after the retries raises
+:class:`RemoteEnvError` (from ``reset``) or ends the episode with an ``infra_error`` score
+(from ``step``), as a failing local environment does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from ludus.core.env import Env, Split
+from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec
+
+REMOTE_KEY = "ludus_remote"  # Task.info key of a task that the server holds: {"split", "index"}
+
+
+class RemoteEnvError(RuntimeError):
+    """The server refused a request or could not be reached. ``kind`` is the server's error type
+    (``unknown_session``, ``draining``, ``busy``, …) or ``unreachable``."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.kind, self.status = kind, status
+
+
+class Connection:
+    """One server: its address, its token, and requests with retries. Sync requests go over
+    HTTP (thread-safe); async ones share one WebSocket per event loop, many requests in flight
+    on it at once, matched to replies by id — a fraction of an HTTP request's cost each."""
+
+    RETRIED = frozenset({"busy", "too_many_sessions"})
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 360.0, retries: int = 4):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"an env server address starts with http:// or https://, got {url!r}")
+        self.url, self.retries, self.timeout_s = url.rstrip("/"), retries, timeout_s
+        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._client: httpx.Client | None = None
+        self._channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Channel] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def request(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``op`` (reset, step, close, tools, task, info) over HTTP."""
+        body = body or {}
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(headers=self._headers, timeout=httpx.Timeout(self.timeout_s, connect=10.0))
+        for attempt in range(self.retries + 1):
+            try:
+                outcome = self._outcome(self._http_reply(self._http(self._client, op, body)), attempt)
+            except httpx.TransportError as exc:
+                outcome = self._unreachable(exc, attempt)
+            if isinstance(outcome, dict):
+                return outcome
+            time.sleep(outcome)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def arequest(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``op`` over this event loop's WebSocket to the server."""
+        loop = asyncio.get_running_loop()
+        channel = self._channels.get(loop)
+        if channel is None:
+            channel = self._channels[loop] = _Channel(self)
+        for attempt in range(self.retries + 1):
+            try:
+                outcome = self._outcome(await channel.request(op, body or {}), attempt)
+            except (OSError, TimeoutError, EOFError, _Closed) as exc:
+                outcome = self._unreachable(exc, attempt)
+            if isinstance(outcome, dict):
+                return outcome
+            await asyncio.sleep(outcome)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _http(self, client: httpx.Client, op: str, body: dict[str, Any]) -> httpx.Response:
+        if op == "info":
+            return client.get(f"{self.url}/info")
+        if op == "task":
+            return client.get(f"{self.url}/tasks/{body.get('split')}/{body.get('index')}")
+        return client.post(f"{self.url}/{op}", json=body)
+
+    @staticmethod
+    def _http_reply(response: httpx.Response) -> dict[str, Any]:
+        """An HTTP answer in the WebSocket's shape: ``{"ok": …}`` plus the body."""
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            data = {"error": {"type": "bad_reply", "message": f"HTTP {response.status_code}: {response.text[:200]!r}"}}
+        if response.status_code == 200:
+            return {"ok": True, **data}
+        retry_after = response.headers.get("retry-after")
+        return {"ok": False, "status": response.status_code, "retry_after": retry_after, **data}
+
+    def _outcome(self, reply: dict[str, Any], attempt: int) -> dict[str, Any] | float:
+        """The reply, or how long to wait before the next attempt; raises when there is none."""
+        if reply.get("ok") is True:
+            return reply
+        error = reply.get("error")
+        if not isinstance(error, dict):
+            error = {"type": "bad_reply", "message": f"not an env server reply: {str(reply)[:200]}"}
+        kind, message = str(error.get("type")), str(error.get("message"))
+        if kind in self.RETRIED and attempt < self.retries:
+            return max(float(reply.get("retry_after") or 0), self._backoff(attempt))
+        raise RemoteEnvError(kind, f"{self.url}: {message}", reply.get("status"))
+
+    def _unreachable(self, exc: BaseException, attempt: int) -> float:
+        if attempt < self.retries:
+            return self._backoff(attempt)
+        raise RemoteEnvError("unreachable", f"{self.url}: {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        return min(5.0, 0.2 * 2**attempt) * (0.5 + random.random())
+
+    def close(self) -> None:
+        """Close the HTTP client and the WebSockets (those of a loop still running close on it)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        for loop, channel in list(self._channels.items()):
+            if loop.is_running():
+                loop.call_soon_threadsafe(channel.close)
+            elif not loop.is_closed():
+                channel.close()
+        self._channels.clear()
+
+
+class _Closed(Exception):
+    """The WebSocket closed with requests in flight; they are sent again on a new one."""
+
+
+class _Channel:
+    """One WebSocket to a server for one event loop. Requests carry ids; a reader task hands each
+    reply to its waiting request; a dropped socket fails those in flight (to be retried) and the
+    next request reconnects."""
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        base = connection.url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+        self.address = f"{base}/ws"
+        self.ws: Any = None
+        self.reader: asyncio.Task[None] | None = None
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ids = itertools.count()
+        self.connecting = asyncio.Lock()
+
+    async def request(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        ws = await self._socket()
+        rid = next(self.ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[rid] = future
+        try:
+            await ws.send(json.dumps({**body, "id": rid, "op": op}))
+            async with asyncio.timeout(self.connection.timeout_s):
+                return await future
+        except ConnectionClosed as exc:
+            raise _Closed(str(exc)) from None
+        finally:
+            self.waiting.pop(rid, None)
+
+    async def _socket(self) -> Any:
+        async with self.connecting:
+            if self.ws is None:
+                try:
+                    self.ws = await connect(
+                        self.address,
+                        additional_headers=self.connection._headers,
+                        max_size=None,
+                        open_timeout=10,
+                        ping_interval=20,
+                        ping_timeout=60,
+                    )
+                except InvalidStatus as exc:  # refused before the socket opened: the token, most likely
+                    status = exc.response.status_code
+                    raise RemoteEnvError(
+                        "unauthorized" if status in (401, 403) else "bad_reply",
+                        (f"{self.connection.url} refused the WebSocket (HTTP {status}): check the token"),
+                        status,
+                    ) from None
+                self.reader = asyncio.create_task(self._read(self.ws))
+            return self.ws
+
+    async def _read(self, ws: Any) -> None:
+        try:
+            async for message in ws:
+                reply = json.loads(message)
+                future = self.waiting.pop(reply.pop("id", None), None) if isinstance(reply, dict) else None
+                if future is not None and not future.done():
+                    future.set_result(reply)
+        except (ConnectionClosed, ValueError):
+            pass
+        finally:
+            if self.ws is ws:
+                self.ws = None
+            for future in list(self.waiting.values()):
+                if not future.done():
+                    future.set_exception(_Closed("the WebSocket closed"))
+
+    def close(self) -> None:
+        if self.ws is not None:
+            asyncio.ensure_future(self.ws.close())
+            self.ws = None
+
+
+class RemoteTasks:
+    """A server's split: ``get(i)`` is task ``i`` as the server shows it (id, prompt, source)."""
+
+    def __init__(self, connection: Connection, split: Split, size: int | None):
+        self.connection, self.split, self.size = connection, split, size
+        self._cache: dict[int, Task] = {}
+
+    def get(self, index: int) -> Task:
+        if index not in self._cache:
+            reply = self.connection.request("task", {"split": self.split, "index": index})
+            self._cache[index] = remote_task(reply["task"], self.split, index)
+        return self._cache[index]
+
+
+def remote_task(view: dict[str, Any], split: str, index: int) -> Task:
+    return Task(id=view["id"], prompt=view["prompt"], source=view.get("source", ""), info={REMOTE_KEY: [split, index]})
+
+
+def reset_body(session_id: str, task: Task, seed: int) -> dict[str, Any]:
+    """A task the server holds goes by its split and index; any other goes whole."""
+    where = task.info.get(REMOTE_KEY)
+    if where is not None:
+        return {"session_id": session_id, "seed": seed, "split": where[0], "index": where[1]}
+    return {"session_id": session_id, "seed": seed, "task": task.to_dict()}
+
+
+def step_result(reply: dict[str, Any]) -> StepResult:
+    return StepResult.from_dict(reply["result"])
+
+
+def failed_step(exc: Exception) -> StepResult:
+    """What a step that could not reach its environment gives the episode."""
+    score = Score.zero(Status.INFRA_ERROR, f"the env server failed: {exc}"[:1000])
+    return StepResult(Observation([]), 0.0, terminated=True, score=score)
+
+
+class RemoteEnv(Env):
+    """An environment living on an env server, driven like a local one.
+
+        env = RemoteEnv("http://127.0.0.1:8100")
+        obs = env.reset(env.task_source("eval").get(0))
+        result = env.step("42")
+
+    ``name``, ``description``, ``reward_range``, ``max_turns`` and ``env_args`` are the server's. ``close()``
+    ends the server-side session. ``reference`` is ``None``: answers stay on the server."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 360.0, retries: int = 4) -> None:
+        super().__init__(tasks=None)
+        self.connection = Connection(url, token=token, timeout_s=timeout_s, retries=retries)
+        info = self.connection.request("info")
+        self.name = info["env"]  # type: ignore[misc]
+        self.description = info.get("description", "")  # type: ignore[misc]
+        self.reward_range = tuple(info["reward_range"])  # type: ignore[misc,assignment]
+        self.max_turns = int(info["max_turns"])
+        self._splits: dict[str, int | None] = info.get("splits", {})
+        self.env_args: dict[str, Any] | None = info.get("env_args")  # what the server built it with, if it says
+        self.session_id = uuid.uuid4().hex
+        self._tools: list[ToolSpec] = []
+        self._opened = False
+
+    def default_tasks(self, split: Split = "train") -> RemoteTasks:
+        if split not in self._splits:
+            raise NotImplementedError(f"the server's {self.name} has no {split!r} split")
+        return RemoteTasks(self.connection, split, self._splits[split])
+
+    def tools(self) -> list[ToolSpec]:
+        return list(self._tools)
+
+    def begin(self, task: Task) -> Observation:
+        return self._begun_remotely(
+            self.connection.request("reset", reset_body(self.session_id, task, self.episode_seed))
+        )
+
+    async def abegin(self, task: Task) -> Observation:
+        body = reset_body(self.session_id, task, self.episode_seed)
+        return self._begun_remotely(await self.connection.arequest("reset", body))
+
+    def transition(self, action: Message) -> StepResult:
+        try:
+            return step_result(self.connection.request("step", self._step_body(action)))
+        except RemoteEnvError as exc:
+            return failed_step(exc)
+
+    async def atransition(self, action: Message) -> StepResult:
+        try:
+            return step_result(await self.connection.arequest("step", self._step_body(action)))
+        except RemoteEnvError as exc:
+            return failed_step(exc)
+
+    def _begun_remotely(self, reply: dict[str, Any]) -> Observation:
+        self._opened = True
+        obs = Observation.from_dict(reply["observation"])
+        self._tools = obs.tools
+        return obs
+
+    def _step_body(self, action: Message) -> dict[str, Any]:
+        return {"session_id": self.session_id, "turn": self.turn, "action": action.to_dict()}
+
+    def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            try:
+                self.connection.request("close", {"session_id": self.session_id})
+            except RemoteEnvError:
+                pass  # the server is gone: so is the session
+        self.connection.close()
+
+
+class ServerHost:
+    """The rollout engine's environments on env servers: each new episode opens a session on the
+    reachable server with the fewest open sessions; a server that fails is avoided for a while.
+
+        host = ServerHost(["http://10.0.0.5:8100", "http://10.0.0.6:8100"], token=...)
+        engine = RolloutEngine(policy, env_factory, sampling, host=host)
+
+    A finished episode's session is kept for the next episode on that server (a reset there
+    reuses the environment instead of building one). The servers build their own environments:
+    ``open``'s factory is not called; the engine's factory still names the environment and its
+    tasks, which a :class:`RemoteEnv` does."""
+
+    KEEP_IDLE = 1024  # finished sessions kept per server for reuse
+
+    def __init__(self, urls: Sequence[str], *, token: str | None = None, timeout_s: float = 360.0, retries: int = 4):
+        if not urls:
+            raise ValueError("ServerHost needs at least one env server address")
+        self.servers = [_Server(Connection(u, token=token, timeout_s=timeout_s, retries=retries)) for u in urls]
+        names = {s.connection.url: s.connection.request("info")["env"] for s in self.servers}
+        if len(set(names.values())) > 1:
+            raise ValueError(f"the env servers serve different environments: {names}")
+        self.name = next(iter(names.values()))
+
+    async def open(self, factory: Callable[[], Env] | None = None) -> _RemoteSession:
+        return _RemoteSession(self)
+
+    def pick(self, avoid: _Server | None = None) -> _Server:
+        now = time.monotonic()
+        others = [s for s in self.servers if s is not avoid] or self.servers
+        return min([s for s in others if s.down_until <= now] or others, key=lambda s: s.open)
+
+    def shutdown(self) -> None:
+        """Close the kept sessions (best effort: a gone server has closed them already)."""
+        for server in self.servers:
+            for sid in server.idle:
+                try:
+                    server.connection.request("close", {"session_id": sid})
+                except RemoteEnvError:
+                    break
+            server.idle.clear()
+            server.connection.close()
+
+
+class _Server:
+    def __init__(self, connection: Connection):
+        self.connection, self.open, self.down_until = connection, 0, 0.0
+        self.idle: list[str] = []  # ids of finished sessions, ready for another episode
+
+
+class _RemoteSession:
+    """One episode's session: on the server chosen at reset (another is tried if that fails)."""
+
+    def __init__(self, host: ServerHost):
+        self.host, self.name = host, host.name
+        self.server: _Server | None = None
+        self.id, self.turn, self.healthy = "", 0, True
+
+    async def reset(self, task: Task, seed: int) -> Observation:
+        server = self.host.pick()
+        for attempt in range(len(self.host.servers)):
+            sid = server.idle.pop() if server.idle else uuid.uuid4().hex
+            server.open += 1
+            try:
+                reply = await server.connection.arequest("reset", reset_body(sid, task, seed))
+            except RemoteEnvError as exc:
+                server.open -= 1
+                if exc.kind not in ("unreachable", "draining", "busy", "too_many_sessions"):
+                    raise
+                server.down_until = time.monotonic() + 5.0
+                if attempt + 1 == len(self.host.servers):
+                    raise
+                server = self.host.pick(avoid=server)
+                continue
+            self.server, self.id, self.turn = server, sid, 0
+            return Observation.from_dict(reply["observation"])
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def step(self, action: Message) -> StepResult:
+        if self.server is None:
+            raise RemoteEnvError("no_episode", "step() before a successful reset()")
+        try:
+            reply = await self.server.connection.arequest(
+                "step", {"session_id": self.id, "turn": self.turn, "action": action.to_dict()}
+            )
+        except RemoteEnvError:
+            self.healthy = False
+            raise
+        self.turn += 1
+        return step_result(reply)
+
+    async def close(self) -> None:
+        if self.server is None:
+            return
+        server, self.server = self.server, None
+        server.open -= 1
+        if self.healthy and len(server.idle) < self.host.KEEP_IDLE:
+            server.idle.append(self.id)  # kept for the next episode: no request now
+            return
+        try:
+            await server.connection.arequest("close", {"session_id": self.id})
+        except RemoteEnvError:
+            pass  # gone with its server
+
+
+__all__ = ["Connection", "RemoteEnv", "RemoteEnvError", "RemoteTasks", "ServerHost", "REMOTE_KEY"]

@@ -1,0 +1,593 @@
+"""``ludus serve-env``: any registered environment over HTTP and WebSocket, graded on the server.
+
+Trainers and agents that run elsewhere (TRL, verl, another machine's ``ludus train``) play
+episodes here: the server holds one live environment per *session*, the client sends the
+model's messages and receives only what the environment adds. Tasks are chosen by split and
+index, so gold answers and hidden tests never leave this process. docs/serving.md is the
+protocol; :class:`ludus.rollout.remote.RemoteEnv` and ``ServerHost`` are its clients.
+
+Failure rules, the same as the rollout engine's:
+
+* an exception or a hang inside an environment ends that episode with an ``infra_error``
+  score (a hung call is abandoned on its thread and its session dropped), never a hang of the
+  server or a reward;
+* a dropped connection loses nothing: sessions belong to the server, not to a connection, and
+  a step repeated with the same ``turn`` (a client retrying after a lost reply) returns the
+  recorded reply instead of acting twice;
+* load beyond the limits is refused at once with ``503`` and ``Retry-After`` (sessions, pending
+  environment calls) or ``413`` (request size), never queued without bound;
+* ``SIGTERM`` drains: new episodes are refused, running ones may finish (up to
+  ``drain_timeout_s``), then the server exits.
+
+It is a bare ASGI application (no framework between the socket and the environment): uvicorn
+serves it, ``httptools`` parses HTTP and ``websockets`` speaks WebSocket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import math
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ludus.core.env import Env, EnvStateError
+from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
+from ludus.rollout.hosts import ThreadHost
+
+PROTOCOL = 1
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SPLITS = ("train", "eval")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one server accepts before it refuses, and how long it waits.
+
+    ``max_pending`` bounds environment calls running or queued for a thread: past it a request
+    is refused with ``503`` instead of waiting in an unbounded queue."""
+
+    max_sessions: int = 10_000
+    max_pending: int = 4_096
+    max_request_bytes: int = 1 << 20
+    idle_timeout_s: float = 600.0
+    call_timeout_s: float = 300.0
+    drain_timeout_s: float = 30.0
+    # scores go out with status and value only: graders' reasons ("expected 42, got 41") and
+    # extracted answers can name the gold answer, which clients that are not trusted must not see
+    hide_reasons: bool = False
+    threads: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("max_sessions", "max_pending", "max_request_bytes", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "call_timeout_s", "drain_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+class Refusal(Exception):
+    """A request the server will not carry out: an HTTP status, a machine-readable ``kind`` and
+    a sentence saying what to do."""
+
+    def __init__(self, status: int, kind: str, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.retry_after = status, kind, retry_after
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"type": self.kind, "message": str(self)}}
+
+
+@dataclass(eq=False)
+class _Session:
+    id: str
+    env: Any  # the host's EnvSession; ``.env`` is the Env itself
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    turn: int = 0  # steps completed in the current episode
+    running: bool = False  # an episode is under way
+    replay: tuple[int, dict[str, Any]] | None = None  # (turn, reply) of the last step, for retries
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0  # requests being served
+
+
+def public_task(task: Task) -> dict[str, Any]:
+    """What a client may know of a task: no ``answer``, no ``info`` (hidden tests live there)."""
+    return {"id": task.id, "prompt": task.prompt, "source": task.source}
+
+
+class EnvServer:
+    """The ASGI application: ``uvicorn.run(EnvServer(factory))``. ``factory`` makes one
+    environment per session; ``token``, when set, is required as ``Authorization: Bearer``;
+    ``env_args``, when given, are reported in ``/info`` so that clients can check they train on
+    the environment they configured."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Env],
+        *,
+        token: str | None = None,
+        limits: ServerLimits | None = None,
+        env_args: dict[str, Any] | None = None,
+    ):
+        self.factory, self.limits = factory, limits or ServerLimits()
+        self._token = f"Bearer {token}".encode() if token else None
+        probe = factory()  # the environment's description, and a clear error now rather than per session
+        try:
+            self.info = {**_describe(probe), "env_args": env_args}
+            self._sources: dict[str, Any] = {}
+            for split in _SPLITS:
+                try:
+                    self._sources[split] = probe.task_source(split)
+                except NotImplementedError:
+                    continue
+            self.info["splits"] = {s: src.size for s, src in self._sources.items()}
+            self._quick_lookup = probe.quick  # procedural sources: a task costs less than a thread hop
+        finally:
+            probe.close()
+        self._host: ThreadHost | None = None
+        self.sessions: dict[str, _Session] = {}
+        self.pending = 0
+        self.draining = False
+        self.counts: Counter[str] = Counter()
+        self.started = time.time()
+        self.loop_lag_s = 0.0
+        self.max_loop_lag_s = 0.0
+        self._background: list[asyncio.Task[None]] = []
+
+    # ---- the operations, shared by HTTP and WebSocket -----------------------------------------
+    async def op_reset(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.draining:
+            raise Refusal(503, "draining", "the server is shutting down: start new episodes on another server", 1.0)
+        sid = body.get("session_id") or uuid.uuid4().hex
+        if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid):
+            raise Refusal(400, "bad_request", "session_id must be 1-64 characters of A-Z a-z 0-9 _ . -")
+        seed = body.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise Refusal(400, "bad_request", f"seed must be an integer, got {seed!r}")
+        session = self.sessions.get(sid)
+        if session is None:
+            if len(self.sessions) >= self.limits.max_sessions:
+                raise Refusal(
+                    503, "too_many_sessions", f"all {self.limits.max_sessions} sessions are in use: close some", 1.0
+                )
+            env = await self._call(self.host.open(self.factory), "environment construction")
+            session = self.sessions.setdefault(sid, _Session(sid, env))
+            if session.env is not env:  # a concurrent retry created it first
+                await env.close()
+        async with self._using(session):
+            task = await self._task_for(body, seed)
+            try:
+                obs: Observation = await self._call(session.env.reset(task, seed), "reset", quick=session.env.quick)
+            except Refusal:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the environment's failure, reported as such
+                await self._drop(session)
+                raise Refusal(500, "env_error", f"reset failed in the environment: {_describe_exc(exc)}") from None
+            session.turn, session.running, session.replay = 0, True, None
+            self.counts["episodes"] += 1
+            return {"session_id": sid, "observation": obs.to_dict(), "task": public_task(task)}
+
+    async def op_step(self, body: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(body)
+        try:
+            action = Message.from_dict(body["action"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Refusal(400, "bad_request", f"step needs an 'action' message object ({exc})") from None
+        turn = body.get("turn")
+        async with self._using(session):
+            if session.replay is not None and turn == session.replay[0]:
+                self.counts["replays"] += 1
+                return session.replay[1]  # the reply to this very step was lost on its way: send it again
+            if not session.running:
+                raise Refusal(409, "no_episode", "this session has no running episode: reset it first")
+            if turn is not None and turn != session.turn:
+                raise Refusal(409, "wrong_turn", f"the episode is at turn {session.turn}, the request says {turn}")
+            try:
+                result: StepResult = await self._call(session.env.step(action), "step", quick=session.env.quick)
+            except (EnvStateError, TypeError) as exc:
+                raise Refusal(400, "bad_request", str(exc)) from None
+            except Refusal as refusal:
+                if refusal.kind != "timeout":
+                    raise
+                await self._drop(session)  # its thread may never come back
+                result = _failed(str(refusal))
+            except Exception as exc:  # noqa: BLE001 - an environment bug: the episode's infra_error
+                result = _failed(f"the environment raised {_describe_exc(exc)}")
+            if self.limits.hide_reasons and result.score is not None:
+                result.score.reason, result.score.extracted = result.score.status, None
+            reply = {"result": result.to_dict()}
+            session.replay = (session.turn, reply)
+            session.turn += 1
+            session.running = not result.done
+            self.counts["steps"] += 1
+            return reply
+
+    async def op_close(self, body: dict[str, Any]) -> dict[str, Any]:
+        session = self.sessions.get(str(body.get("session_id")))
+        if session is not None:
+            await self._drop(session)
+        return {"closed": session is not None}
+
+    async def op_tools(self, body: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(body)
+        return {"tools": [t.to_dict() for t in session.env.env.tools()]}
+
+    async def op_task(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"task": public_task(await self._lookup(body.get("split", "train"), body.get("index")))}
+
+    async def op_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.info
+
+    OPS = {"reset": op_reset, "step": op_step, "close": op_close, "tools": op_tools, "task": op_task, "info": op_info}
+
+    async def dispatch(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        handler = self.OPS.get(op)
+        if handler is None:
+            raise Refusal(404, "unknown_op", f"no operation {op!r}; there are {', '.join(self.OPS)}")
+        self.counts[f"op_{op}"] += 1
+        return await handler(self, body)
+
+    # ---- helpers -------------------------------------------------------------------------------
+    @property
+    def host(self) -> ThreadHost:
+        if self._host is None:
+            self._host = ThreadHost(self.limits.threads)
+        return self._host
+
+    def _session(self, body: dict[str, Any]) -> _Session:
+        session = self.sessions.get(str(body.get("session_id")))
+        if session is None:
+            raise Refusal(
+                404, "unknown_session", "no such session (closed, idle too long, or the server restarted): reset"
+            )
+        return session
+
+    @contextlib.asynccontextmanager
+    async def _using(self, session: _Session):  # type: ignore[no-untyped-def]
+        session.busy += 1
+        try:
+            async with session.lock:
+                yield
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+
+    async def _task_for(self, body: dict[str, Any], seed: int) -> Task:
+        if body.get("task") is not None:
+            try:
+                return Task.from_dict(body["task"])
+            except (TypeError, ValueError) as exc:
+                raise Refusal(400, "bad_request", f"'task' is not a task object ({exc})") from None
+        index = body.get("index")
+        return await self._lookup(body.get("split", "train"), seed if index is None else index)
+
+    async def _lookup(self, split: Any, index: Any) -> Task:
+        source = self._sources.get(split) if isinstance(split, str) else None
+        if source is None:
+            raise Refusal(
+                404, "unknown_split", f"this environment has no {split!r} split; it has {list(self._sources)}"
+            )
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise Refusal(400, "bad_request", f"index must be a non-negative integer, got {index!r}")
+        if source.size is not None and index >= source.size:
+            raise Refusal(404, "unknown_task", f"the {split} split has {source.size} tasks; index {index} is past it")
+        try:
+            if self._quick_lookup:
+                return source.get(index)
+            return await self._call(self.host.run(source.get, index), "task lookup")
+        except Refusal:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise Refusal(500, "env_error", f"task {split}/{index} failed to load: {_describe_exc(exc)}") from None
+
+    async def _call(self, call: Awaitable[Any], what: str, quick: bool = False) -> Any:
+        """An environment call under the pending-calls bound and the call time limit."""
+        if quick:
+            return await call
+        if self.pending >= self.limits.max_pending:
+            with contextlib.suppress(Exception):
+                call.close()  # type: ignore[attr-defined]  # a coroutine never awaited
+            self.counts["refused_busy"] += 1
+            raise Refusal(503, "busy", f"{self.pending} environment calls are pending: retry shortly", 0.5)
+        self.pending += 1
+        try:
+            async with asyncio.timeout(self.limits.call_timeout_s):
+                return await call
+        except TimeoutError:
+            self.counts["timeouts"] += 1
+            limit = self.limits.call_timeout_s
+            raise Refusal(504, "timeout", f"the environment's {what} did not finish within {limit} s") from None
+        finally:
+            self.pending -= 1
+
+    async def _drop(self, session: _Session) -> None:
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+            session.running = False
+            await session.env.close()  # queued on a thread: returns at once
+
+    # ---- background work: idle sessions, event-loop lag, draining ------------------------------
+    async def start(self) -> None:
+        self._background = [asyncio.create_task(self._reap()), asyncio.create_task(self._watch_loop())]
+
+    async def stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for session in list(self.sessions.values()):
+            await self._drop(session)
+        if self._host is not None:
+            self._host.shutdown()
+
+    async def _reap(self) -> None:
+        period = min(self.limits.idle_timeout_s / 4, 30.0)
+        while True:
+            await asyncio.sleep(period)
+            cutoff = time.monotonic() - self.limits.idle_timeout_s
+            for session in [s for s in self.sessions.values() if not s.busy and s.last_used < cutoff]:
+                self.counts["sessions_reaped"] += 1
+                await self._drop(session)
+
+    async def _watch_loop(self) -> None:
+        loop, period = asyncio.get_running_loop(), 0.05
+        while True:
+            before = loop.time()
+            await asyncio.sleep(period)
+            self.loop_lag_s = max(0.0, loop.time() - before - period)
+            self.max_loop_lag_s = max(self.max_loop_lag_s, self.loop_lag_s)
+
+    async def drain(self) -> None:
+        """Refuse new episodes; return once no episode runs and no call is pending, or at the
+        drain time limit. Sessions are closed either way."""
+        self.draining = True
+        deadline = time.monotonic() + self.limits.drain_timeout_s
+        while time.monotonic() < deadline and (
+            self.pending or any(s.running or s.busy for s in self.sessions.values())
+        ):
+            await asyncio.sleep(0.05)
+        for session in list(self.sessions.values()):
+            await self._drop(session)
+
+    def metrics(self) -> str:
+        """Prometheus text format."""
+        lines = [
+            f"ludus_env_sessions {len(self.sessions)}",
+            f"ludus_env_running_episodes {sum(s.running for s in self.sessions.values())}",
+            f"ludus_env_pending_calls {self.pending}",
+            f"ludus_env_draining {int(self.draining)}",
+            f"ludus_env_event_loop_lag_seconds {self.loop_lag_s:.6f}",
+            f"ludus_env_event_loop_lag_max_seconds {self.max_loop_lag_s:.6f}",
+            f"ludus_env_uptime_seconds {time.time() - self.started:.1f}",
+        ]
+        lines += [f'ludus_env_events_total{{event="{k}"}} {v}' for k, v in sorted(self.counts.items())]
+        return "\n".join(lines) + "\n"
+
+    # ---- ASGI ------------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self._token is None:
+            return True
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return hmac.compare_digest(given, self._token)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method, path = scope["method"], scope["path"]
+        try:
+            if path == "/health" and method == "GET":
+                status = "draining" if self.draining else "ok"
+                body = {"status": status, "env": self.info["env"], "sessions": len(self.sessions)}
+                return await _respond(send, 503 if self.draining else 200, body)
+            if not self._authorized(scope):
+                raise Refusal(401, "unauthorized", "send the server's token as 'Authorization: Bearer TOKEN'")
+            if path == "/metrics" and method == "GET":
+                return await _respond_bytes(send, 200, self.metrics().encode(), b"text/plain; version=0.0.4")
+            if path == "/info" and method == "GET":
+                return await _respond(send, 200, self.info)
+            if path.startswith("/tasks/") and method == "GET":
+                split, _, index = path[len("/tasks/") :].partition("/")
+                body = {"split": split, "index": int(index) if index.isdigit() else index}
+                return await _respond(send, 200, await self.op_task(body))
+            op = path[1:]
+            if method != "POST" or op not in self.OPS:
+                raise Refusal(404, "not_found", f"no route {method} {path}; see docs/serving.md")
+            body = await self._read_json(scope, receive)
+            await _respond(send, 200, await self.dispatch(op, body))
+        except Refusal as refusal:
+            await _respond(send, refusal.status, refusal.body(), refusal.retry_after)
+
+    async def _read_json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
+        limit = self.limits.max_request_bytes
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise Refusal(413, "too_large", f"the request is {int(declared)} bytes; the limit is {limit}")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise Refusal(400, "disconnected", "the client went away")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise Refusal(413, "too_large", f"the request is over the {limit}-byte limit")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        return _parse(b"".join(chunks))
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One JSON request per message, ``{"id", "op", ...}``; replies carry the same ``id``
+        and may come out of order. A connection may drive many sessions; dropping it ends none."""
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if not self._authorized(scope):
+            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized: send 'Bearer TOKEN'"})
+            return
+        await send({"type": "websocket.accept"})
+        sending = asyncio.Lock()
+        window = asyncio.Semaphore(256)  # requests in progress per connection: past it, reading waits
+        alive = True
+
+        async def answer(request: Any) -> None:
+            try:
+                rid = request.get("id") if isinstance(request, dict) else None
+                try:
+                    if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+                        raise Refusal(400, "bad_request", 'each message is a JSON object with an "op"')
+                    reply = {"id": rid, "ok": True, **(await self.dispatch(request["op"], request))}
+                except Refusal as refusal:
+                    reply = {"id": rid, "ok": False, "status": refusal.status, **refusal.body()}
+                    if refusal.retry_after is not None:
+                        reply["retry_after"] = refusal.retry_after
+                if alive:
+                    async with sending:
+                        with contextlib.suppress(Exception):  # the client left; the session keeps the reply
+                            await send({"type": "websocket.send", "text": json.dumps(reply)})
+            finally:
+                window.release()
+
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                raw = message.get("text") or message.get("bytes") or b""
+                try:
+                    request: Any = json.loads(raw)
+                except ValueError:
+                    request = None
+                await window.acquire()
+                task = asyncio.create_task(answer(request))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            alive = False  # running requests finish (their sessions record the replies); nothing is cancelled
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError as exc:
+        raise Refusal(400, "bad_request", f"the body is not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise Refusal(400, "bad_request", "the body must be a JSON object")
+    return body
+
+
+async def _respond(send: Send, status: int, body: dict[str, Any], retry_after: float | None = None) -> None:
+    extra = [] if retry_after is None else [(b"retry-after", str(max(1, math.ceil(retry_after))).encode())]
+    await _respond_bytes(send, status, json.dumps(body).encode(), b"application/json", extra)
+
+
+async def _respond_bytes(
+    send: Send, status: int, data: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(data)).encode()), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _describe(env: Env) -> dict[str, Any]:
+    return {
+        "protocol": PROTOCOL,
+        "env": env.name or type(env).__name__,
+        "description": env.description,
+        "reward_range": list(env.reward_range),
+        "max_turns": env.max_turns,
+    }
+
+
+def _describe_exc(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:1000]
+
+
+def _failed(reason: str) -> StepResult:
+    return StepResult(Observation([]), 0.0, terminated=True, score=Score.zero(Status.INFRA_ERROR, reason))
+
+
+def serve(
+    factory: Callable[[], Env],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8100,
+    token: str | None = None,
+    limits: ServerLimits | None = None,
+    env_args: dict[str, Any] | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM; the first drains (see :meth:`EnvServer.drain`), a second exits
+    at once. ``on_ready`` gets the address once the socket listens."""
+    import uvicorn
+
+    from ludus.serve.net import address, listen
+
+    if host not in LOOPBACK and not token:
+        raise ValueError(
+            f"serving on {host} reaches other machines: set a token (--token or LUDUS_ENV_TOKEN) so that only "
+            "your trainers can play, or bind 127.0.0.1"
+        )
+    app = EnvServer(factory, token=token, limits=limits, env_args=env_args)
+    sock = listen(host, port)
+    config = uvicorn.Config(
+        app, log_level="warning", ws_max_size=app.limits.max_request_bytes, timeout_graceful_shutdown=5
+    )
+
+    class DrainingServer(uvicorn.Server):
+        """The first exit signal drains the environment server, then stops uvicorn."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if app.draining or self.loop is None:
+                super().handle_exit(sig, frame)
+            else:
+                app.draining = True
+                self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.drain_then_exit()))
+
+        async def drain_then_exit(self) -> None:
+            await app.drain()
+            self.should_exit = True
+
+        async def serve(self, sockets: Any = None) -> None:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+    server = DrainingServer(config)
+    server.loop = None
+    if on_ready is not None:
+        on_ready(address(sock))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+__all__ = ["EnvServer", "Refusal", "ServerLimits", "public_task", "serve"]

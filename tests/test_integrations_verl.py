@@ -1,0 +1,301 @@
+"""Ludus in verl: `ludus export --format verl` read by verl's RLHFDataset, `compute_score` loaded by
+verl's custom reward function loader and run by its naive reward manager, and the Ludus agent
+loop instantiated the way verl's agent loop worker does it, playing tool episodes with a tiny
+transformers model. No GPU, no Ray cluster.
+
+verl 0.9.1 pins transformers<5.11, which this project does not follow; its import-time
+dependencies are in the dev extra, and the verl wheel itself is installed here without its
+dependencies (pip install --no-deps, into Ludus's cache directory) unless verl is importable
+already."""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VERL_USE_EXTERNAL_PLUGINS", "none")
+
+import ludus.integrations.verl as ludus_verl  # noqa: E402
+from integrations_support import AddEnv, FlakyGraderEnv, teach  # noqa: E402
+from ludus.cli import main  # noqa: E402
+from ludus.core import registry  # noqa: E402
+from ludus.core.cache import cache_dir  # noqa: E402
+from ludus.core.registry import make  # noqa: E402
+from ludus.integrations.common import RowError  # noqa: E402
+from support import build_hf_checkpoint  # noqa: E402
+
+VERL = "verl==0.9.1"
+
+
+def ensure_verl() -> None:
+    """Import verl, installing the wheel alone (no dependencies) into the cache if it is missing."""
+    try:
+        import verl  # noqa: F401
+
+        return
+    except ImportError:
+        pass
+    target = cache_dir("test-packages", VERL.replace("==", "-"))
+    if not (target / "verl" / "__init__.py").exists():
+        partial = target.with_name(target.name + f".partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(partial), VERL],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, f"could not install {VERL}: {done.stderr[-2000:]}"
+        try:
+            partial.rename(target)
+        except OSError:  # another process got there first
+            shutil.rmtree(partial, ignore_errors=True)
+    sys.path.append(str(target))
+
+
+ensure_verl()
+
+from omegaconf import OmegaConf  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls  # noqa: E402
+from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
+
+
+@pytest.fixture
+def envs(monkeypatch):
+    monkeypatch.setitem(registry._registered, "add-tool", AddEnv)
+    monkeypatch.setitem(registry._registered, "flaky-grader", FlakyGraderEnv)
+    AddEnv.calls.clear()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_hf_checkpoint(tmp_path_factory.mktemp("verl") / "model", context=1024)
+
+
+def export(tmp_path: Path, env: str, n: int, split: str = "train") -> Path:
+    out = tmp_path / f"{env}-{split}.parquet"
+    assert main(["export", env, "--format", "verl", "--split", split, "-n", str(n), "-o", str(out)]) == 0
+    return out
+
+
+def dataset(files: list[Path], tokenizer) -> RLHFDataset:
+    config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1024, "filter_overlong_prompts": False})
+    return RLHFDataset(data_files=[str(f) for f in files], tokenizer=tokenizer, config=config)
+
+
+def reward_fn(**reward_kwargs):
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "custom_reward_function": {
+                    "path": ludus_verl.__file__,
+                    "name": "compute_score",
+                    "reward_kwargs": reward_kwargs,
+                }
+            }
+        }
+    )
+    return get_custom_reward_fn(config)
+
+
+def test_verl_reads_the_exported_rows(tmp_path, tiny, envs):
+    rows = dataset(
+        [export(tmp_path, "arithmetic", 3, "eval"), export(tmp_path, "add-tool", 2)],
+        AutoTokenizer.from_pretrained(tiny),
+    )
+    assert len(rows) == 5
+    env = make("arithmetic")
+    for i in range(3):
+        item, task = rows[i], env.task_source("eval").get(i)
+        assert item["raw_prompt"] == [{"role": m.role, "content": m.content} for m in env.reset(task, seed=i).messages]
+        assert item["data_source"] == "ludus/arithmetic" and item["reward_model"]["ground_truth"] == task.id
+        assert item["index"] == i and item["extra_info"]["split"] == "eval"
+        assert str(task.answer) not in repr({k: v for k, v in item.items() if k != "raw_prompt"})
+        assert "agent_name" not in item or item["agent_name"] is None
+    assert rows[3]["agent_name"] == "ludus_agent" and rows[3]["data_source"] == "ludus/add-tool"
+
+
+def test_compute_score_through_verls_loader(tmp_path, tiny, envs):
+    rows = dataset(
+        [export(tmp_path, "arithmetic", 2), export(tmp_path, "flaky-grader", 2)], AutoTokenizer.from_pretrained(tiny)
+    )
+    score = reward_fn()
+    answer = make("arithmetic").task_source("train").get(0).answer
+
+    def call(item, text, fn=score):
+        return fn(
+            data_source=item["data_source"],
+            solution_str=text,
+            ground_truth=item["reward_model"]["ground_truth"],
+            extra_info=item["extra_info"],
+        )
+
+    assert call(rows[0], str(answer)) == {"score": 1.0, "acc": 1.0, "ludus_infra_error": 0.0}
+    assert call(rows[0], str(answer + 1)) == {"score": 0.0, "acc": 0.0, "ludus_infra_error": 0.0}
+    assert call(rows[2], "1")["score"] == 1.0  # flaky task 0 grades
+    with pytest.raises(RuntimeError, match="infra_error"):  # flaky task 1's grader fails: no made-up 0
+        call(rows[3], "2")
+    assert call(rows[3], "2", reward_fn(on_infra_error="zero")) == {"score": 0.0, "acc": 0.0, "ludus_infra_error": 1.0}
+    with pytest.raises(RowError, match="not a Ludus environment"):
+        score(data_source="openai/gsm8k", solution_str="1", ground_truth="1", extra_info={"index": 0})
+    tampered = {**rows[0]["extra_info"], "task_id": "arithmetic/train/0/9"}
+    with pytest.raises(RowError, match="ground_truth"):
+        call({**rows[0], "extra_info": tampered}, "1")
+
+
+def test_naive_reward_manager_scores_decoded_responses(tmp_path, tiny, envs):
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    rows = dataset([export(tmp_path, "arithmetic", 2)], tokenizer)
+    answers = [make("arithmetic").task_source("train").get(i).answer for i in range(2)]
+
+    async def score(item, text: str) -> dict:
+        manager = get_reward_manager_cls("naive")(OmegaConf.create({}), tokenizer, reward_fn())
+        response = tokenizer(text + tokenizer.eos_token, add_special_tokens=False, return_tensors="pt")["input_ids"][0]
+        padded = torch.cat([response, torch.full((4,), tokenizer.pad_token_id)])
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": torch.zeros((1, 3), dtype=torch.long),
+                "responses": padded[None],
+                "attention_mask": torch.cat([torch.ones(3 + len(response)), torch.zeros(4)]).long()[None],
+            },
+            non_tensors={k: [item[k]] for k in ("data_source", "reward_model", "extra_info")},
+        )
+        return await manager.run_single(data)
+
+    assert asyncio.run(score(rows[0], str(answers[0])))["reward_score"] == 1.0
+    wrong = asyncio.run(score(rows[1], str(answers[1] + 3)))
+    assert wrong["reward_score"] == 0.0 and wrong["reward_extra_info"]["acc"] == 0.0
+
+
+class TinyServer:
+    """A generation server as verl's agent loops call it (``generate`` on token ids), sampling
+    from a transformers model in this process."""
+
+    def __init__(self, folder: Path):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(folder).eval()
+        self.eos = AutoTokenizer.from_pretrained(folder).eos_token_id
+        self.generator = torch.Generator().manual_seed(0)
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        ids = torch.tensor([prompt_ids])
+        out, logps = [], []
+        with torch.no_grad():
+            for _ in range(48):
+                logits = self.model(ids).logits[0, -1].float()
+                probs = torch.softmax(logits / max(sampling_params.get("temperature", 1.0), 1e-3), -1)
+                token = int(torch.multinomial(probs, 1, generator=self.generator))
+                out.append(token)
+                logps.append(float(torch.log(probs[token])))
+                ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+                if token == self.eos:
+                    break
+        return TokenOutput(token_ids=out, log_probs=logps, stop_reason="completed", num_preempted=0)
+
+
+def agent_loop(folder: Path, tokenizer):
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.trainer.config import __file__ as config_dir
+
+    config = OmegaConf.load(Path(config_dir).parent / "_generated_ppo_trainer.yaml")
+    rollout = config.actor_rollout_ref.rollout
+    rollout.prompt_length, rollout.response_length = 512, 256
+    rollout.multi_turn.max_assistant_turns = 4
+    return hydra.utils.instantiate(
+        config={"_target_": "ludus.integrations.verl.LudusAgentLoop"},
+        trainer_config=DictConfigWrap(config=config),
+        server_manager=TinyServer(folder),
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type="llama",
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap([]),
+    )
+
+
+def test_agent_loop_plays_tool_episodes(tmp_path, tiny, envs):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    rows = dataset([export(tmp_path, "add-tool", 4)], tokenizer)
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    spec = AddEnv().reset(AddEnv().task_source().get(0)).tools[0]
+    tools = [
+        OpenAIFunctionToolSchema.model_validate(spec.to_openai()).model_dump(exclude_unset=True, exclude_none=True)
+    ]
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    builder = agent_loop(folder, tokenizer).continuous_token_builder  # the prompt as verl's loop renders it
+    first = builder.build_initial_tokens(rows[0]["raw_prompt"], tools=tools)
+    turn = [
+        *rows[0]["raw_prompt"],
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "3"},
+    ]
+    second = tokenizer.apply_chat_template(turn, tools=tools, tokenize=False, add_generation_prompt=True)
+    teach(
+        folder,
+        [(first, '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call></s>'), (second, "3</s>")],
+    )
+
+    from ludus.integrations.verl import LudusAgentLoop
+
+    async def play(item: dict):
+        loop = agent_loop(folder, tokenizer)  # in the event loop, as verl's worker makes it
+        assert isinstance(loop, LudusAgentLoop)
+        return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True}, **item)
+
+    outputs = [asyncio.run(play({k: v for k, v in rows[i].items() if k != "agent_name"})) for i in (0, 0, 1, 3)]
+    statuses = [o.extra_fields["ludus_status"] for o in outputs]
+    assert statuses[0] == "correct" or statuses[1] == "correct", statuses  # add(1, 2), then 3
+    assert statuses[2] in ("wrong", "format_error", "truncated")  # task 1 is 2+2: the taught 3 is wrong
+    assert statuses[3] == "infra_error"  # task 3's tool is down
+    assert ("add/0", 1, 2) in AddEnv.calls and any(t == "add/3" for t, _, _ in AddEnv.calls)
+    for o, status in zip(outputs, statuses, strict=True):
+        assert o.reward_score == (1.0 if status == "correct" else 0.0)
+        assert len(o.response_mask) == len(o.response_ids)
+        if status == "infra_error":
+            assert set(o.response_mask) == {0}  # masked from the loss
+        else:
+            assert 0 in o.response_mask and 1 in o.response_mask  # tool replies are not the model's tokens
+    # compute_score, should verl call it on a row the loop played, returns the loop's score
+    played = {**rows[0]["extra_info"], **outputs[0].extra_fields}
+    assert (
+        reward_fn()(
+            data_source="ludus/add-tool",
+            solution_str="ignored",
+            ground_truth=rows[0]["reward_model"]["ground_truth"],
+            extra_info=played,
+        )["score"]
+        == outputs[0].reward_score
+    )
+
+
+def test_the_verl_example_checks_rewards_through_verls_loader(tmp_path, envs):
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "examples" / "verl_reward.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    summary = example.main(["--env", "arithmetic", "--tasks", "8", "--out", str(tmp_path / "a")])
+    assert summary["checked"] == {"reference": 8, "empty": 8, "no_reference": 0}
+    assert (tmp_path / "a" / "eval.parquet").exists() and not (tmp_path / "a" / "agent_loops.yaml").exists()
+    summary = example.main(["--env", "add-tool", "--tasks", "4", "--out", str(tmp_path / "b")])
+    config = OmegaConf.load(tmp_path / "b" / "agent_loops.yaml")
+    assert config[0].name == "ludus_agent" and config[0]._target_ == "ludus.integrations.verl.LudusAgentLoop"
+    assert any("agent_loop_config_path" in o for o in summary["overrides"])
