@@ -1,6 +1,6 @@
 """Ludus's environment server (``ludus serve-env``) against OpenEnv's, same machine, same load.
 
-    python benchmarks/env_server.py            # about 5 minutes; --quick: under a minute
+    python benchmarks/env_server.py            # about 4-5 minutes; --quick: under a minute
     python benchmarks/env_server.py --inline   # environments that run on the event loop (see below)
 
 One trivial single-step environment, written twice: "what is a + b?" for task number ``i``,

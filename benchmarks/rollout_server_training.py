@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -181,15 +182,18 @@ def main() -> None:
     register("digit-map", DigitMapEnv)
     folder = Path(tempfile.mkdtemp(prefix="ludus-bench-rollout-"))
     python = vllm_python()
-    if not args.push_only:
-        compare(args, folder, python)
-    if args.push_hidden:
-        push, save, params = push_time(args.push_hidden, folder / "push", python)
-        mb = params * 4 / 2**20
-        print(
-            f"\nweight push of a {params / 1e6:.1f} M-parameter Llama ({mb:.0f} MiB float32) to vLLM: "
-            f"{push * 1000:.0f} ms median ({save * 1000:.0f} ms of it writing safetensors), {mb / push:.0f} MiB/s"
-        )
+    try:
+        if not args.push_only:
+            compare(args, folder, python)
+        if args.push_hidden:
+            push, save, params = push_time(args.push_hidden, folder / "push", python)
+            mb = params * 4 / 2**20
+            print(
+                f"\nweight push of a {params / 1e6:.1f} M-parameter Llama ({mb:.0f} MiB float32) to vLLM: "
+                f"{push * 1000:.0f} ms median ({save * 1000:.0f} ms of it writing safetensors), {mb / push:.0f} MiB/s"
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def compare(args: argparse.Namespace, folder: Path, python: str) -> None:
