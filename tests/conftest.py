@@ -1,6 +1,12 @@
 """Fixtures shared by the test modules."""
 
+import os
+
 import pytest
+
+# Ray reads this once, when it is first imported — by whichever test module imports it first (verl
+# imports ray): without it a local Ray instance started later listens beyond 127.0.0.1.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from ludus.train.config import TrainConfig, load_config
 
