@@ -377,6 +377,17 @@ def create_app(policy: Policy, model_name: str, *, max_batch: int = 32, weight_u
     async def health(request: Request) -> dict[str, Any]:
         return {"status": "ok", "model": model_name, "queued": request.app.state.batcher.queued}
 
+    def refuse_unserved(body: ChatRequest | CompletionRequest) -> None:
+        """What both endpoints refuse alike: another model's name, streaming."""
+        if body.model is not None and body.model != model_name:
+            raise _BadRequest(
+                f"model {body.model!r} is not served here; this server serves {model_name!r}",
+                "model_not_found",
+                "model",
+            )
+        if body.stream:
+            raise _BadRequest("streaming is not supported; send stream=false", "unsupported_value", "stream")
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {
@@ -386,14 +397,7 @@ def create_app(policy: Policy, model_name: str, *, max_batch: int = 32, weight_u
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatRequest, request: Request) -> dict[str, Any] | JSONResponse:
-        if body.model is not None and body.model != model_name:
-            raise _BadRequest(
-                f"model {body.model!r} is not served here; this server serves {model_name!r}",
-                "model_not_found",
-                "model",
-            )
-        if body.stream:
-            raise _BadRequest("streaming is not supported; send stream=false", "unsupported_value", "stream")
+        refuse_unserved(body)
         if body.stop:
             raise _BadRequest("stop sequences are not supported; leave stop unset", "unsupported_value", "stop")
         n = body.n or 1
@@ -448,14 +452,7 @@ def create_app(policy: Policy, model_name: str, *, max_batch: int = 32, weight_u
                 "unsupported_value",
                 "prompt",
             )
-        if body.model is not None and body.model != model_name:
-            raise _BadRequest(
-                f"model {body.model!r} is not served here; this server serves {model_name!r}",
-                "model_not_found",
-                "model",
-            )
-        if body.stream:
-            raise _BadRequest("streaming is not supported; send stream=false", "unsupported_value", "stream")
+        refuse_unserved(body)
         eos = set(getattr(policy, "eos_ids", ()))
         if body.stop_token_ids and not set(body.stop_token_ids) <= eos:
             raise _BadRequest(
