@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import statistics
 import sys
@@ -34,7 +33,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from ludus.core import Score, SingleTurnEnv, Status, Task  # noqa: E402
 from ludus.core.registry import register  # noqa: E402
 from ludus.core.types import Message  # noqa: E402
 from ludus.policies.base import SamplingParams  # noqa: E402
@@ -42,53 +40,7 @@ from ludus.policies.hf import HFPolicy  # noqa: E402
 from ludus.policies.rollout_server import RolloutServerPolicy  # noqa: E402
 from ludus.train.config import load_config  # noqa: E402
 from ludus.train.trainer import Trainer  # noqa: E402
-from support import VLLMServer, build_hf_checkpoint, vllm_python  # noqa: E402
-
-
-class _DigitTasks:
-    size = None
-
-    def __init__(self, split: str):
-        self.split = split
-
-    def get(self, index: int) -> Task:
-        a = random.Random(f"{self.split}:{index}").randint(0, 9)
-        return Task(id=f"{self.split}/{index}", prompt=f"{a}?", answer=str(3 * a % 10))
-
-
-class DigitMapEnv(SingleTurnEnv):
-    name = "digit-map"
-    description = "reward 1 when the reply is the digit 3a mod 10 (tests/test_rollout_server.py)"
-    system_prompt = None
-    quick = True
-
-    def default_tasks(self, split="train"):
-        return _DigitTasks(split)
-
-    def score(self, task: Task, completion: str) -> Score:
-        if completion.strip() == task.answer:
-            return Score(1.0, Status.CORRECT, "right digit")
-        return Score.zero(Status.WRONG, f"expected {task.answer}")
-
-
-def warm_start(base: Path, out: Path, steps: int = 45) -> Path:
-    """The tests' warm start: gold digits, 16 prompts a step, AdamW 1e-3, one thread."""
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    policy = HFPolicy.load(base)
-    env, source = DigitMapEnv(), _DigitTasks("train")
-    optimizer = torch.optim.AdamW(policy.module.parameters(), lr=1e-3)
-    eos = policy.tokenizer.eos_token_id
-    for step in range(steps):
-        tasks = [source.get(1000 + step * 16 + i) for i in range(16)]
-        prompts = [policy.encode_prompt(env.reset(t, seed=0).messages) for t in tasks]
-        targets = [policy.tokenizer.encode(t.answer, add_special_tokens=False) + [eos] for t in tasks]
-        logp, _ = policy.token_logprobs(prompts, targets)
-        optimizer.zero_grad()
-        (-logp.mean()).backward()
-        optimizer.step()
-    policy.save(out)
-    return out
+from support import DigitMapEnv, VLLMServer, build_hf_checkpoint, vllm_python, warm_start_digits  # noqa: E402
 
 
 def warm_up(server: VLLMServer, model: Path, folder: Path) -> None:
@@ -199,7 +151,7 @@ def main() -> None:
 def compare(args: argparse.Namespace, folder: Path, python: str) -> None:
     """The three runs from the same warm-started weights, and their table."""
     base = build_hf_checkpoint(folder / "base", head_dim=32)
-    model = warm_start(base, folder / "warm")
+    model = warm_start_digits(base, folder / "warm")
     server = VLLMServer(python, base, folder / "vllm").start()
     try:
         warm_up(server, model, folder / "warm-up")

@@ -1,8 +1,10 @@
-"""Shared by several test modules: a tiny transformers checkpoint built on the spot, a real
-HTTP server for an ASGI app on 127.0.0.1, and vLLM's server in its own virtual environment."""
+"""Shared by several test modules: a tiny transformers checkpoint built on the spot, a task a
+tiny model learns from the reward (``digit-map``) and its supervised warm start, a real HTTP
+server for an ASGI app on 127.0.0.1, and vLLM's server in its own virtual environment."""
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the Hub
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+
+from ludus.core import Score, SingleTurnEnv, Status, Task  # noqa: E402
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
 CORPUS = [
@@ -81,6 +85,63 @@ def build_hf_checkpoint(folder: Path, context: int = 256, head_dim: int = 8) -> 
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# ---- a task a tiny model learns from the reward ---------------------------------------------------
+class DigitTasks:
+    """Prompts "a?" whose answer is the digit (3a mod 10): ten facts, only learnable from the reward."""
+
+    size = None
+
+    def __init__(self, split: str):
+        self.split = split
+
+    def get(self, index: int) -> Task:
+        a = random.Random(f"{self.split}:{index}").randint(0, 9)
+        return Task(id=f"{self.split}/{index}", prompt=f"{a}?", answer=str(3 * a % 10))
+
+
+class DigitMapEnv(SingleTurnEnv):
+    name = "digit-map"
+    description = "reward 1 when the reply is the digit 3a mod 10"
+    system_prompt = None
+    quick = True
+
+    def default_tasks(self, split="train"):
+        return DigitTasks(split)
+
+    def score(self, task: Task, completion: str) -> Score:
+        if completion.strip() == task.answer:
+            return Score(1.0, Status.CORRECT, "right digit")
+        return Score.zero(Status.WRONG, f"expected {task.answer}")
+
+
+def warm_start_digits(base: Path, out: Path, steps: int = 45) -> Path:
+    """``base`` after a short supervised warm start on gold digits (16 prompts a step, AdamW 1e-3,
+    one thread), saved to ``out``: the tiny Llama then writes a digit and stops, and samples the
+    right one about a third of the time at temperature 1."""
+    from ludus.policies.hf import HFPolicy
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        policy = HFPolicy.load(base)
+        env, source = DigitMapEnv(), DigitTasks("train")
+        optimizer = torch.optim.AdamW(policy.module.parameters(), lr=1e-3)
+        eos = policy.tokenizer.eos_token_id
+        for step in range(steps):
+            tasks = [source.get(1000 + step * 16 + i) for i in range(16)]
+            prompts = [policy.encode_prompt(env.reset(t, seed=0).messages) for t in tasks]
+            targets = [policy.tokenizer.encode(t.answer, add_special_tokens=False) + [eos] for t in tasks]
+            logp, _ = policy.token_logprobs(prompts, targets)
+            optimizer.zero_grad()
+            (-logp.mean()).backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    policy.save(out)
+    return out
 
 
 @contextlib.contextmanager

@@ -206,3 +206,12 @@ def test_user_error_is_one_literal_line(capsys):
 def test_python_dash_m_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "ludus.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "serve-model" in done.stdout
+
+
+def test_env_server_and_its_client_import_no_torch():
+    """An environment server holds environments, not models: torch would cost it a second of
+    start-up and 250 MB per server process."""
+    code = "import json, sys, ludus.serve.env_server, ludus.rollout.remote; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert loaded(json.loads(done.stdout), ("torch", "numpy", "transformers")) == []

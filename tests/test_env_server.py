@@ -268,6 +268,51 @@ def test_a_hung_or_crashing_environment_is_an_infra_error_and_the_server_carries
         assert 'ludus_env_events_total{event="timeouts"} 1' in httpx.get(f"{url}/metrics").text
 
 
+class RowTasks:
+    """A task source that reads rows (here: waits, records its thread): row 7 hangs, row 13 is broken."""
+
+    size = 100
+    threads: list[int] = []
+
+    def get(self, index: int) -> Task:
+        self.threads.append(threading.get_ident())
+        if index == 7:
+            Hangs.release.wait()
+        if index == 13:
+            raise ValueError("row 13 is corrupt")
+        return Task(f"row/{index}", f"{index}+1=", answer=str(index + 1))
+
+
+class FromRows(Hangs):
+    threads: list[int] = []
+
+    def default_tasks(self, split="train"):
+        return RowTasks()
+
+    def begin(self, task: Task):
+        self.threads.append(threading.get_ident())
+        return super().begin(task)
+
+
+def test_tasks_load_on_the_thread_that_resets_and_their_failures_are_reported(hangs):
+    app = EnvServer(FromRows, limits=ServerLimits(call_timeout_s=0.5))
+    with serving(app, path="") as url:
+        ok = httpx.post(f"{url}/reset", json={"session_id": "rows", "index": 3})
+        assert ok.status_code == 200 and ok.json()["task"]["id"] == "row/3"
+        # one thread hop per reset: the task was read on the environment thread that began the episode
+        assert RowTasks.threads[-1] == FromRows.threads[-1] != threading.get_ident()
+        broken = httpx.post(f"{url}/reset", json={"session_id": "rows", "index": 13})
+        assert broken.status_code == 500 and "row 13 is corrupt" in broken.json()["error"]["message"]
+        assert httpx.post(f"{url}/reset", json={"session_id": "rows", "index": 4}).status_code == 200  # it lives on
+        hung = httpx.post(f"{url}/reset", json={"session_id": "rows", "index": 7})
+        assert hung.status_code == 504 and hung.json()["error"]["type"] == "timeout"
+        # a reset that never came back may still hold its environment: the session is gone, not reused
+        gone = httpx.post(f"{url}/step", json={"session_id": "rows", "action": {"role": "assistant", "content": "5"}})
+        assert gone.status_code == 404 and gone.json()["error"]["type"] == "unknown_session"
+        assert httpx.get(f"{url}/tasks/train/13").status_code == 500
+        assert httpx.get(f"{url}/tasks/train/5").json()["task"]["id"] == "row/5"
+
+
 def test_limits_refuse_with_a_reason_instead_of_queueing(hangs):
     with serving(hangs, path="", ws_max_size=4096) as url:
         for i in range(3):

@@ -472,3 +472,26 @@ def test_requests_number_groups_one_way_for_evaluation_and_training():
     assert [r.key for r in training] == ["5#0", "5#1", "6#0", "6#1", "7#0", "7#1"]
     assert [r.seed for r in training] == list(range(10, 16))
     assert [r.seed for r in requests(tasks[1:], 2, first=6, numbered=True)] == list(range(12, 16))  # cut anywhere
+
+
+def test_thread_host_runs_calls_on_its_threads_and_drops_abandoned_ones():
+    from ludus.rollout.hosts import ThreadHost
+
+    async def main() -> None:
+        host = ThreadHost(1)
+        gate, ran = threading.Event(), []
+        first = host.run(gate.wait)  # occupies the only thread
+        abandoned = host.run(ran.append, "abandoned")
+        failing = host.run(int, "not a number")
+        abandoned.cancel()  # the caller gave up before the call started: it never runs
+        gate.set()
+        assert await first is True
+        with pytest.raises(ValueError):
+            await failing
+        late = host.run(gate.wait)
+        late.cancel()  # a result that arrives after its caller gave up is dropped, not an error
+        assert await host.run(threading.get_ident) != threading.get_ident()
+        assert ran == []
+        host.shutdown()
+
+    asyncio.run(main())

@@ -10,11 +10,12 @@ comes last; a later test would get a new server from ``vllm.ensure()``.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import random
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from ludus.cli import main
-from ludus.core import Env, Score, SingleTurnEnv, Status, Task
+from ludus.core import Env, Score, Status, Task
 from ludus.core.registry import register
 from ludus.core.types import Message, Observation, StepResult
 from ludus.policies.base import PolicyError, SamplingParams
@@ -33,7 +34,7 @@ from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.serve.model_server import create_app
 from ludus.train.config import ConfigError, load_config
 from ludus.train.trainer import Trainer, TrainingHalted
-from support import serving
+from support import DigitMapEnv, DigitTasks, serving, warm_start_digits
 
 pytestmark = pytest.mark.slow
 
@@ -42,35 +43,6 @@ CONVS = [
     [Message("system", "Be brief."), Message("user", "What is 12 + 30? Answer with the number only, please.")],
     [Message("user", "The quick brown fox")],
 ]
-
-
-# ---- a task the tiny model learns in a few dozen steps -------------------------------------------
-class _DigitTasks:
-    """Prompts "a?" whose answer is the digit (3a mod 10): ten facts, learnable from the reward."""
-
-    size = None
-
-    def __init__(self, split: str):
-        self.split = split
-
-    def get(self, index: int) -> Task:
-        a = random.Random(f"{self.split}:{index}").randint(0, 9)
-        return Task(id=f"{self.split}/{index}", prompt=f"{a}?", answer=str(3 * a % 10))
-
-
-class DigitMapEnv(SingleTurnEnv):
-    name = "digit-map"
-    description = "reward 1 when the reply is the digit 3a mod 10"
-    system_prompt = None
-    quick = True
-
-    def default_tasks(self, split="train"):
-        return _DigitTasks(split)
-
-    def score(self, task: Task, completion: str) -> Score:
-        if completion.strip() == task.answer:
-            return Score(1.0, Status.CORRECT, "right digit")
-        return Score.zero(Status.WRONG, f"expected {task.answer}")
 
 
 register("digit-map", DigitMapEnv)
@@ -88,7 +60,7 @@ class TwoTurnEnv(Env):
     between_turns: ClassVar[list[Callable[[], None]]] = []
 
     def default_tasks(self, split="train"):
-        return _DigitTasks(split)
+        return DigitTasks(split)
 
     def begin(self, task: Task) -> Observation:
         self.asked_twice = False
@@ -110,29 +82,8 @@ register("two-turns", TwoTurnEnv)
 
 @pytest.fixture(scope="module")
 def warm_model(tiny_llama, tmp_path_factory) -> Path:
-    """``tiny_llama`` after a short supervised warm-start on gold digits: it writes a digit and
-    stops, and samples the right one about a third of the time (at temperature 1)."""
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        policy = HFPolicy.load(tiny_llama)
-        env, source = DigitMapEnv(), _DigitTasks("train")
-        optimizer = torch.optim.AdamW(policy.module.parameters(), lr=1e-3)
-        eos = policy.tokenizer.eos_token_id
-        for step in range(45):
-            tasks = [source.get(1000 + step * 16 + i) for i in range(16)]
-            prompts = [policy.encode_prompt(env.reset(t, seed=0).messages) for t in tasks]
-            targets = [policy.tokenizer.encode(t.answer, add_special_tokens=False) + [eos] for t in tasks]
-            logp, _ = policy.token_logprobs(prompts, targets)
-            optimizer.zero_grad()
-            (-logp.mean()).backward()
-            optimizer.step()
-    finally:
-        torch.set_num_threads(threads)
-    folder = tmp_path_factory.mktemp("warm") / "model"
-    policy.save(folder)
-    return folder
+    """``tiny_llama`` after a short supervised warm-start on gold digits (support.warm_start_digits)."""
+    return warm_start_digits(tiny_llama, tmp_path_factory.mktemp("warm") / "model")
 
 
 @pytest.fixture(params=["vllm", "serve-model"])
@@ -250,6 +201,18 @@ def test_behaviour_logprobs_are_the_servers_for_the_learners_own_tokens(rollout_
     assert client.take_stats()["continued_turns"] == 1
     logp, _ = learner.token_logprobs([second.prompt_ids], [second.completion_ids])
     assert torch.allclose(logp[0], torch.tensor(second.logprobs), atol=1e-4)
+    # an evaluation samples uncounted while a sampler thread samples training replies: only those count
+    sampler = threading.Thread(target=client.generate, args=(CONVS, SamplingParams(max_tokens=2)))
+    with client.uncounted():
+        sampler.start()
+        client.generate(CONVS[:2], SamplingParams(max_tokens=2))
+
+        async def evaluation() -> None:  # the trainer's evaluation: an engine on an event loop
+            await client.agenerate(CONVS[:1], SamplingParams(max_tokens=2))
+
+        asyncio.run(evaluation())
+    sampler.join()
+    assert client.take_stats()["replies"] == len(CONVS)
     client.close()
 
 

@@ -333,10 +333,15 @@ def test_a_spider_folder_loads_and_plays(tmp_path):
     assert tasks.size == 2 and tasks.get(1).prompt == "Count items.\nHint: one"
     assert tasks.get(0).info["variant_dbs"] == []
     env = SQLEnv(path=str(path))
-    env.reset(seed=0)
+    env.reset(tasks.get(0))
     assert env.step("SELECT name FROM items").score.status == Status.CORRECT
-    env.reset(seed=1)
+    env.reset(tasks.get(1))
     assert env.step("SELECT 1").score.status == Status.CORRECT  # one database only: documented weakness
+    # the file alone: evaluation holds rows out of training, as for math, code and repo
+    train, held = env.task_source("train"), env.task_source("eval")
+    ids = lambda source: {source.get(i).id for i in range(source.size)}  # noqa: E731
+    assert train.size + held.size == 2 and not ids(train) & ids(held)
+    assert SQLEnv(path=str(path), eval_path=str(path)).task_source("eval").size == 2  # the whole file, on request
 
 
 @pytest.mark.parametrize(

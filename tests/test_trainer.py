@@ -2,7 +2,6 @@
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import torch
 
 from ludus.core import Score, SingleTurnEnv, Status, Task, register
 from ludus.train.trainer import Trainer, lr_factor
+from support import DigitTasks
 
 
 def _params(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -136,25 +136,12 @@ def test_sigint_checkpoints_and_resume_matches_uninterrupted_run(tmp_path):
         assert torch.equal(a[key], b[key]), key
 
 
-class _DigitTasks:
-    """Ten prompts "a?" whose answer is the digit (3a mod 10): easy, but only learnable from the reward."""
-
-    size = None
-
-    def __init__(self, split: str):
-        self.split = split
-
-    def get(self, index: int) -> Task:
-        a = random.Random(f"{self.split}:{index}").randint(0, 9)
-        return Task(id=f"{self.split}/{index}", prompt=f"{a}?", answer=str(3 * a % 10))
-
-
 class _FirstCharEnv(SingleTurnEnv):
     name = "first-char"
     description = "reward 1 when the reply starts with the right digit"
 
     def default_tasks(self, split="train"):
-        return _DigitTasks(split)
+        return DigitTasks(split)
 
     def score(self, task: Task, completion: str) -> Score:
         if completion[:1] == task.answer:

@@ -69,7 +69,21 @@ class Env(ABC):
         self.turn = 0
         self.episode_seed = 0  # the seed of the current episode, as reset got it
         self.done = True
-        self.rng = random.Random(0)
+        self._rng: random.Random | None = None
+        self._rng_seed: str | int = 0
+
+    @property
+    def rng(self) -> random.Random:
+        """The episode's random generator, seeded from the environment, the task and the seed:
+        draw every random choice from it so that an episode replays exactly. Seeded on first
+        use (seeding from a string costs more than a whole quick step)."""
+        if self._rng is None:
+            self._rng = random.Random(self._rng_seed)
+        return self._rng
+
+    @rng.setter
+    def rng(self, value: random.Random) -> None:
+        self._rng = value
 
     # ---- hooks -------------------------------------------------------------------------
     @abstractmethod
@@ -171,7 +185,7 @@ class Env(ABC):
         """Reset the episode state; subclasses with per-episode state extend it."""
         if not isinstance(task, Task):
             raise TypeError(f"reset() expects a ludus Task, got {type(task).__name__}")
-        self.rng = random.Random(f"{self.name}:{task.id}:{seed}")
+        self._rng, self._rng_seed = None, f"{self.name}:{task.id}:{seed}"
         self.task, self.episode_seed, self.turn, self.done = task, seed, 0, False
 
     def _begun(self, obs: Observation) -> Observation:

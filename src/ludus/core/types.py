@@ -7,6 +7,7 @@ logged, replayed, served over HTTP and trained on without a custom codec.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
@@ -66,8 +67,13 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """Keep only the keys that name fields of ``cls``; a missing required field raises."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}.from_dict expects a JSON object, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
+    names = _field_names(cls)
     return {k: v for k, v in data.items() if k in names}
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
 
 
 @dataclass

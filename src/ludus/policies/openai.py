@@ -11,10 +11,11 @@ environment to judge.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import re
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -139,8 +140,8 @@ def _run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)
-    with ThreadPoolExecutor(1) as pool:  # asyncio.run needs a thread without a loop
-        return pool.submit(asyncio.run, coroutine).result()
+    with ThreadPoolExecutor(1) as pool:  # asyncio.run needs a thread without a loop; the caller's context goes along
+        return pool.submit(contextvars.copy_context().run, asyncio.run, coroutine).result()
 
 
 @dataclass
@@ -159,6 +160,26 @@ async def _close_when_cancelled(client: httpx.AsyncClient) -> None:
         await asyncio.get_running_loop().create_future()
     finally:
         await client.aclose()
+
+
+def _per_conversation(tools: Tools, count: int) -> list[Sequence[ToolSpec]]:
+    """The tools offered to each of ``count`` conversations (none when ``tools`` is ``None``)."""
+    if tools is None:
+        return [()] * count
+    if len(tools) != count:
+        raise ValueError(f"got {len(tools)} tool lists for {count} conversations")
+    return list(tools)
+
+
+async def _all_or_first_error(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """The coroutines' results in order; the first failure cancels the others and is raised as
+    itself, not wrapped in an ``ExceptionGroup``."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(coroutine) for coroutine in coroutines]
+    except ExceptionGroup as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 def _seeds(generator: torch.Generator | None, n: int) -> list[int] | None:
@@ -259,26 +280,12 @@ class OpenAIPolicy(Policy):
         tools: Tools,
         seeds: list[int] | None,
     ) -> list[Completion]:
-        if tools is not None and len(tools) != len(conversations):
-            raise ValueError(f"got {len(tools)} tool lists for {len(conversations)} conversations")
+        offered = _per_conversation(tools, len(conversations))
         connection = self._connection()
-        try:
-            async with asyncio.TaskGroup() as group:  # one failure cancels the other requests
-                tasks = [
-                    group.create_task(
-                        self._complete(
-                            connection,
-                            conversation,
-                            tools[i] if tools is not None else (),
-                            sampling,
-                            seeds[i] if seeds is not None else None,
-                        )
-                    )
-                    for i, conversation in enumerate(conversations)
-                ]
-        except ExceptionGroup as failures:
-            raise failures.exceptions[0] from None
-        return [task.result() for task in tasks]
+        return await _all_or_first_error(
+            self._complete(connection, conversation, offered[i], sampling, seeds[i] if seeds is not None else None)
+            for i, conversation in enumerate(conversations)
+        )
 
     async def _complete(
         self,

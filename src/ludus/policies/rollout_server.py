@@ -38,6 +38,7 @@ scores): docs/integrations.md has the command.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import shutil
 import threading
@@ -53,7 +54,14 @@ import torch
 
 from ludus.core.types import Message, ToolSpec
 from ludus.policies.base import Completion, PolicyError, SamplingParams, Tools, TrainablePolicy
-from ludus.policies.openai import OpenAIPolicy, _Connection, _Malformed, _run_blocking
+from ludus.policies.openai import (
+    OpenAIPolicy,
+    _all_or_first_error,
+    _Connection,
+    _Malformed,
+    _per_conversation,
+    _run_blocking,
+)
 
 if TYPE_CHECKING:
     from ludus.policies.hf import HFPolicy
@@ -61,6 +69,9 @@ if TYPE_CHECKING:
 # earlier turns remembered so that a later turn continues their token ids (per policy, least recently used out)
 PREFIX_CACHE_SIZE = 8192
 STAT_KEYS = ("replies", "continued_turns", "prefix_divergent", "retokenize_divergent", "prompt_mismatch")
+
+
+_COUNTED = contextvars.ContextVar("ludus_rollout_counted", default=True)  # see RolloutServerPolicy.uncounted
 
 
 def _key(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
@@ -247,9 +258,7 @@ class RolloutServerPolicy(OpenAIPolicy):
             raise PolicyError(
                 "nothing is sampled before the first sync(learner): until then the rollout server's weights are unknown"
             )
-        if tools is not None and len(tools) != len(conversations):
-            raise ValueError(f"got {len(tools)} tool lists for {len(conversations)} conversations")
-        offered = list(tools) if tools is not None else [()] * len(conversations)
+        offered = _per_conversation(tools, len(conversations))
         await self._enter()
         try:
             if self._stale is not None:
@@ -257,17 +266,11 @@ class RolloutServerPolicy(OpenAIPolicy):
             prompts = [self._prompt(c, t) for c, t in zip(conversations, offered, strict=True)]
             connection = self._connection()
             size = self.prompts_per_request
-            try:
-                async with asyncio.TaskGroup() as group:  # one failure cancels the other requests
-                    tasks = [
-                        group.create_task(
-                            self._sample(connection, [ids for ids, _ in prompts[lo : lo + size]], sampling)
-                        )
-                        for lo in range(0, len(prompts), size)
-                    ]
-            except ExceptionGroup as failures:
-                raise failures.exceptions[0] from None
-            replies = [reply for task in tasks for reply in task.result()]
+            batches = await _all_or_first_error(
+                self._sample(connection, [ids for ids, _ in prompts[lo : lo + size]], sampling)
+                for lo in range(0, len(prompts), size)
+            )
+            replies = [reply for batch in batches for reply in batch]
             await self._check_version(connection)
         finally:
             self._leave()
@@ -347,8 +350,21 @@ class RolloutServerPolicy(OpenAIPolicy):
                 self._turns.popitem(last=False)
 
     def _count(self, name: str) -> None:
+        if not _COUNTED.get():
+            return
         with self._stats_lock:
             self._stats[name] += 1
+
+    @contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """Replies sampled inside this block (by this thread, the asyncio tasks it starts and
+        the threads those hand work to) leave the counters alone: an evaluation, or a probe,
+        while a sampler in another thread samples the training replies :meth:`take_stats` reports."""
+        token = _COUNTED.set(False)
+        try:
+            yield
+        finally:
+            _COUNTED.reset(token)
 
     def close(self) -> None:
         """Close the connections and delete the weights written for the server (it has them loaded)."""
@@ -368,12 +384,12 @@ class RolloutServerPolicy(OpenAIPolicy):
         reply and the learner's for the same tokens: about 0 when the server holds the learner's
         weights and reports log-probs of the temperature-scaled distribution, as the learner scores."""
         probe = [[Message("user", "Say something.")]]
-        [reply] = self.generate(
-            probe,
-            SamplingParams(temperature=temperature, max_tokens=max_tokens),
-            generator=torch.Generator().manual_seed(seed),
-        )
-        self.take_stats()  # the probe is no training reply
+        with self.uncounted():  # the probe is no training reply
+            [reply] = self.generate(
+                probe,
+                SamplingParams(temperature=temperature, max_tokens=max_tokens),
+                generator=torch.Generator().manual_seed(seed),
+            )
         with torch.no_grad():
             logp, _ = self.learner.token_logprobs([reply.prompt_ids], [reply.completion_ids], temperature)
         mine = logp[0, : len(reply.completion_ids)].float().cpu()

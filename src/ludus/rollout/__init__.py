@@ -8,26 +8,30 @@
 * :func:`evaluate` / :func:`summarize` — mean reward, accuracy, pass@k, best-of-N, per category.
 * :class:`OraclePolicy` / :class:`NothingPolicy` — scripted policies that prove an environment's
   tasks solvable and its reward discriminating.
+
+Names load on first use, so that an environment server (which needs only the hosts) imports
+no torch.
 """
 
-from ludus.rollout.engine import EpisodeRequest, JsonlSink, RolloutConfig, RolloutEngine, requests
-from ludus.rollout.evaluate import Summary, evaluate, pass_at_k, summarize
-from ludus.rollout.hosts import EnvHost, EnvSession, ThreadHost
-from ludus.rollout.scripted import NothingPolicy, OraclePolicy
+from ludus.core.lazy import lazy_exports
 
-__all__ = [
-    "EnvHost",
-    "EnvSession",
-    "EpisodeRequest",
-    "JsonlSink",
-    "NothingPolicy",
-    "OraclePolicy",
-    "RolloutConfig",
-    "RolloutEngine",
-    "Summary",
-    "ThreadHost",
-    "evaluate",
-    "pass_at_k",
-    "requests",
-    "summarize",
-]
+_EXPORTS = {
+    "EnvHost": "hosts",
+    "EnvSession": "hosts",
+    "ThreadHost": "hosts",
+    "EpisodeRequest": "engine",
+    "JsonlSink": "engine",
+    "RolloutConfig": "engine",
+    "RolloutEngine": "engine",
+    "requests": "engine",
+    "Summary": "evaluate",
+    "evaluate": "evaluate",
+    "pass_at_k": "evaluate",
+    "summarize": "evaluate",
+    "NothingPolicy": "scripted",
+    "OraclePolicy": "scripted",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

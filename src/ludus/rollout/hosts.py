@@ -9,11 +9,11 @@ their results or their exceptions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ludus.core.env import Env, has_async_hooks
@@ -51,9 +51,7 @@ class ThreadHost:
     Daemon threads, because a call that never returns must not keep the process alive at exit."""
 
     def __init__(self, size: int):
-        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._work, daemon=True, name="ludus-env") for _ in range(size)]
         for thread in self._threads:
             thread.start()
@@ -66,20 +64,26 @@ class ThreadHost:
         return _ThreadSession(self, env)
 
     def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """``fn(*args)`` on a pool thread, as an awaitable."""
-        future: Future[Any] = Future()
-        self._jobs.put((fn, args, future))
-        return asyncio.wrap_future(future)
+        """``fn(*args)`` on a pool thread, as a future of the running event loop. Cancelling the
+        future abandons the result, not the call (a thread cannot be interrupted)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._jobs.put((loop, future, fn, args))
+        return future
 
     def _work(self) -> None:
+        # a loop future and one call_soon_threadsafe per result: half the cost of a
+        # concurrent.futures.Future (its Condition) chained to the loop by asyncio.wrap_future
         while (job := self._jobs.get()) is not None:
-            fn, args, future = job
-            if not future.set_running_or_notify_cancel():
+            loop, future, fn, args = job
+            if future.cancelled():  # the caller gave up before the call started
                 continue
             try:
-                future.set_result(fn(*args))
+                outcome: tuple[Any, BaseException | None] = (fn(*args), None)
             except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting episode
-                future.set_exception(exc)
+                outcome = (None, exc)
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+                loop.call_soon_threadsafe(_settle, future, *outcome)
 
     def shutdown(self) -> None:
         """Let queued jobs (environment closes) finish, then stop the threads; never waits."""
@@ -94,12 +98,17 @@ class _ThreadSession:
         native = has_async_hooks(env)
         self.async_reset, self.async_step = native or _overrides(env, "areset"), native or _overrides(env, "astep")
 
-    async def reset(self, task: Task, seed: int) -> Observation:
-        if self.async_reset:
-            return await self.env.areset(task, seed)
-        if self.env.quick:
-            return self.env.reset(task, seed)
-        return await self.host.run(self.env.reset, task, seed)
+    async def reset(self, task: Task | Callable[[], Task], seed: int) -> Observation:
+        """``task`` may be a function that loads it: it is then called on the thread that runs
+        the reset, so a task source that does I/O costs no extra thread hop."""
+        if self.async_reset or self.env.quick:
+            if not isinstance(task, Task):
+                task = await self.host.run(task)
+            return await self.env.areset(task, seed) if self.async_reset else self.env.reset(task, seed)
+        return await self.host.run(self._reset, task, seed)
+
+    def _reset(self, task: Task | Callable[[], Task], seed: int) -> Observation:
+        return self.env.reset(task if isinstance(task, Task) else task(), seed)
 
     async def step(self, action: Message) -> StepResult:
         if self.async_step:
@@ -113,6 +122,18 @@ class _ThreadSession:
             _close_quietly(self.env)
         else:
             self.host.run(_close_quietly, self.env)  # not awaited: closing must not hold up the episode
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():  # cancelled while the call ran (a time limit): the result is dropped
+        return
+    if exc is None:
+        future.set_result(result)
+    else:
+        future.set_exception(exc)
 
 
 def _overrides(env: Env, method: str) -> bool:

@@ -22,6 +22,7 @@ checkpoint and exit; a second Ctrl-C stops at once.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import json
@@ -371,14 +372,16 @@ class Trainer:
     def _evaluate(self, eval_tasks: list[Task]) -> dict[str, float]:
         """Greedy decoding on the held-out tasks (rollout.evaluate's summary)."""
         self.learner.policy.module.eval()
-        summary = evaluate(
-            self.rollout or self.learner.policy,
-            self.env_factory,
-            eval_tasks,
-            sampling=self.greedy,
-            config=self.eval_rollout,
-            host=self.host,
-        )
+        # an ahead sampler may sample training replies meanwhile: only those count in rollout/*
+        with self.rollout.uncounted() if self.rollout is not None else contextlib.nullcontext():
+            summary = evaluate(
+                self.rollout or self.learner.policy,
+                self.env_factory,
+                eval_tasks,
+                sampling=self.greedy,
+                config=self.eval_rollout,
+                host=self.host,
+            )
         return {
             "eval/accuracy": summary.accuracy,
             "eval/reward": summary.mean_reward,
@@ -483,8 +486,6 @@ class Trainer:
     def _sample(self, step: int, train_tasks: TaskSource) -> list[list[Trajectory]]:
         """This step's groups, sampled now with the current weights (lockstep)."""
         c = self.config
-        if self.rollout is not None:
-            self.rollout.take_stats()  # the step's numbers count its own replies, not the evaluation's
         self.learner.policy.module.eval()
         first = step * c.prompts_per_step
         tasks = [train_task(train_tasks, first + j) for j in range(c.prompts_per_step)]

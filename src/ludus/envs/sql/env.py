@@ -105,8 +105,7 @@ class SQLEnv(ToolEnv):
             raise ValueError(f"engine must be 'sqlite' or 'postgres', got {engine!r}")
         self.engine, self.postgres_dsn = engine, postgres_dsn
         self.system_prompt = type(self).system_prompt.format(engine="SQLite" if engine == "sqlite" else "PostgreSQL")
-        # no hold-out for sql: without eval_path the eval split is the training file itself (docs/sql.md)
-        self.files = split_files(path, eval_path or path, lambda p: load_sql_tasks(p, databases))
+        self.files = split_files(path, eval_path, lambda p: load_sql_tasks(p, databases), eval_fraction)
         super().__init__(tasks)
         self.difficulty, self.seed, self.eval_fraction = difficulty, seed, eval_fraction
         self.max_turns, self.max_chars = max_turns, max_chars
