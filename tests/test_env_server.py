@@ -313,6 +313,37 @@ def test_tasks_load_on_the_thread_that_resets_and_their_failures_are_reported(ha
         assert httpx.get(f"{url}/tasks/train/5").json()["task"]["id"] == "row/5"
 
 
+class OddInfo(Hangs):
+    """Its step result carries a value JSON cannot hold."""
+
+    def transition(self, action):
+        result = super().transition(action)
+        result.info["handle"] = object()
+        return result
+
+
+def test_a_reply_with_no_json_form_is_an_env_error_on_both_transports():
+    with serving(EnvServer(OddInfo), path="") as url:
+        body = {"session_id": "odd", "action": {"role": "assistant", "content": "ok"}, "turn": 0}
+        assert httpx.post(f"{url}/reset", json={"session_id": "odd"}).status_code == 200
+        http = httpx.post(f"{url}/step", json=body)
+        assert http.status_code == 500 and "no JSON form" in http.json()["error"]["message"]
+
+        async def over_websocket():
+            async with connect(url.replace("http", "ws") + "/ws") as ws:
+                await ws.send(json.dumps({"id": 1, "op": "reset", "session_id": "odd"}))
+                await ws.recv()
+                await ws.send(json.dumps({"id": 2, "op": "step", **body}))
+                return json.loads(await asyncio.wait_for(ws.recv(), 30))
+
+        reply = asyncio.run(over_websocket())
+        assert reply["id"] == 2 and reply["ok"] is False and reply["error"]["type"] == "env_error"
+        env = RemoteEnv(url)
+        env.reset(env.task_source("train").get(0))
+        failed = env.step("ok")  # the client's episode ends as an infrastructure failure, with the reason
+        assert failed.score.status == Status.INFRA_ERROR and "no JSON form" in failed.score.reason
+
+
 def test_limits_refuse_with_a_reason_instead_of_queueing(hangs):
     with serving(hangs, path="", ws_max_size=4096) as url:
         for i in range(3):

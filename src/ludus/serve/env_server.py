@@ -325,15 +325,16 @@ class EnvServer:
         try:
             return await call
         except asyncio.CancelledError:
-            if not self._expired.pop(task, False):
+            if task not in self._expired:
                 raise
-            task.uncancel()
             self.counts["timeouts"] += 1
             limit = self.limits.call_timeout_s
             raise Refusal(504, "timeout", f"the environment's {what} did not finish within {limit} s") from None
         finally:
             self.pending -= 1
             self._deadlines.pop(task, None)
+            if self._expired.pop(task, False):
+                task.uncancel()  # the cancellation was the time limit's: the request goes on to answer
 
     async def _expire(self) -> None:
         """The call time limit: a sweep cancels the requests whose environment call has run past
@@ -502,10 +503,14 @@ class EnvServer:
                     reply = {"id": rid, "ok": False, "status": refusal.status, **refusal.body()}
                     if refusal.retry_after is not None:
                         reply["retry_after"] = refusal.retry_after
+                try:
+                    data = _encode(reply)
+                except Refusal as refusal:
+                    data = _encode({"id": rid, "ok": False, "status": refusal.status, **refusal.body()})
                 if alive:
                     async with sending:
                         with contextlib.suppress(Exception):  # the client left; the session keeps the reply
-                            await send({"type": "websocket.send", "text": _encode(reply).decode()})
+                            await send({"type": "websocket.send", "text": data.decode()})
             finally:
                 window.release()
 
@@ -529,10 +534,15 @@ class EnvServer:
 
 
 def _encode(obj: Any) -> bytes:
+    """``obj`` as JSON; a value that has no JSON form (an environment's ``info`` holding an
+    object, say) is the environment's failure, refused with its reason rather than dropped."""
     if orjson is not None:
         with contextlib.suppress(TypeError):  # integers past 64 bits: the standard library's rules
             return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-    return json.dumps(obj).encode()
+    try:
+        return json.dumps(obj).encode()
+    except (TypeError, ValueError) as exc:
+        raise Refusal(500, "env_error", f"the environment's reply has no JSON form ({exc})") from None
 
 
 def _decode(raw: str | bytes) -> Any:
