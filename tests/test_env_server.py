@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ludus.core.env import SingleTurnEnv
 from ludus.core.registry import make
-from ludus.core.types import Score, Status, Task
+from ludus.core.types import Message, Score, Status, Task
 from ludus.policies import SamplingParams
 from ludus.rollout import NothingPolicy, RolloutConfig, RolloutEngine, ThreadHost, requests
 from ludus.rollout.remote import Connection, RemoteEnv, RemoteEnvError, ServerHost
@@ -342,6 +342,36 @@ def test_a_reply_with_no_json_form_is_an_env_error_on_both_transports():
         env.reset(env.task_source("train").get(0))
         failed = env.step("ok")  # the client's episode ends as an infrastructure failure, with the reason
         assert failed.score.status == Status.INFRA_ERROR and "no JSON form" in failed.score.reason
+
+
+def test_an_action_over_the_request_limit_scores_zero_as_bad_output_not_as_an_infra_error():
+    app = EnvServer(lambda: make("arithmetic"), limits=ServerLimits(max_request_bytes=4096))
+    with serving(app, path="") as url:
+        env = RemoteEnv(url)
+        task = env.task_source("train").get(0)
+        env.reset(task)
+        sync = env.step("9" * 5000)  # HTTP: the server answers 413
+
+        async def play():
+            await env.areset(task)
+            return await env.astep("9" * 5000)  # WebSocket: refused before sending (the server would close it)
+
+        for result in (sync, asyncio.run(play())):
+            assert result.reward == 0.0 and result.terminated
+            assert result.score.status == Status.FORMAT_ERROR and "too large" in result.score.reason
+
+        async def engine_session():
+            host = ServerHost([url])
+            session = await host.open()
+            await session.reset(task, 0)
+            big = await session.step(Message("assistant", "9" * 5000))
+            await session.reset(task, 1)  # the session is still good for the next episode
+            fine = await session.step(Message("assistant", str(task.answer)))
+            await session.close()
+            return big, fine
+
+        big, fine = asyncio.run(engine_session())
+        assert big.score.status == Status.FORMAT_ERROR and fine.score.status != Status.INFRA_ERROR
 
 
 def test_limits_refuse_with_a_reason_instead_of_queueing(hangs):

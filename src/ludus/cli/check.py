@@ -1,4 +1,8 @@
-"""``ludus check ENV``: the environment contract check; exits 1 when an invariant is broken."""
+"""``ludus check ENV``: the environment contract check; exits 1 when an invariant is broken.
+
+``--redteam`` adds the red-team report card (``ludus.rollout.redteam``): the oracle, the floor,
+the generic cheats that apply and the environment's own; exits 1 when any line fails.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ if TYPE_CHECKING:
 
 
 def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
-    p = subparsers.add_parser("check", help="run the contract check on an environment")
+    p = subparsers.add_parser(
+        "check", help="run the contract check (and with --redteam, the red-team) on an environment"
+    )
     p.add_argument("env", help="environment name (see `ludus envs`)")
     p.add_argument("--env-args", help="JSON object of constructor arguments, e.g. '{\"digits\": 3}'")
     p.add_argument(
@@ -18,21 +24,53 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         metavar="URL",
         help="check the environment as an env server serves it (`ludus serve-env`; token from $LUDUS_ENV_TOKEN)",
     )
+    p.add_argument(
+        "--redteam",
+        action="store_true",
+        help="also play the oracle, the floor and a library of cheats (early exits, rigged __eq__, test tampering, "
+        "pass markers, hedged answers, hidden files, …); every cheat must score 0",
+    )
+    p.add_argument("--tasks", type=int, default=5, metavar="N", help="tasks the red-team samples (default 5)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="which tasks the red-team samples (default 0)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ludus.core.check import check_env, check_env_by_name, format_report
+    from ludus.core.check import check_env, format_report
 
     kwargs = json.loads(args.env_args) if args.env_args else {}
+    if args.tasks < 1:
+        raise ValueError(f"--tasks must be at least 1, got {args.tasks}")
     if args.env_server:
         from ludus.cli.common import env_factory
 
         factory, _, _ = env_factory(args.env, kwargs, [args.env_server])
-        report = check_env(factory, name=f"{args.env} at {args.env_server}")
+        name = f"{args.env} at {args.env_server}"
     else:
-        report = check_env_by_name(args.env, **kwargs)
+        from ludus.core.registry import EnvLoadError, env_class
+
+        try:
+            cls = env_class(args.env)
+        except EnvLoadError as exc:
+            from ludus.core.check import CheckReport, CheckResult
+
+            print(format_report(CheckReport(args.env, [CheckResult("load", False, str(exc))])))
+            return 1
+
+        def factory():  # type: ignore[no-untyped-def]
+            return cls(**kwargs)
+
+        name = args.env
+    report = check_env(factory, name=name)
     print(format_report(report))
-    return 0 if report.ok else 1
+    ok = report.ok
+    if args.redteam:
+        from ludus.rollout.redteam import format_redteam, redteam_env
+
+        card = redteam_env(factory, name=name, tasks=args.tasks, seed=args.seed)
+        print()
+        print(format_redteam(card))
+        ok = ok and card.ok
+    return 0 if ok else 1

@@ -40,7 +40,8 @@ ANSWER_LIKE: tuple[str, ...] = (JUNK, "0", "42", "<answer>1</answer>", "\\boxed{
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible chat APIs accept
 
-Level = Literal["error", "warning"]
+Level = Literal["error", "warning", "info"]
+"""``info`` lines are figures and notes (the red-team's throughput): never a failure."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
-def _difference(a: Any, b: Any, path: str = "") -> str | None:
+def difference(a: Any, b: Any, path: str = "") -> str | None:
     """Where two JSON-like values first differ, as ``path: a vs b``; ``None`` if equal."""
     where = path or "value"
     if isinstance(a, dict) and isinstance(b, dict):
@@ -102,20 +103,20 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
             sub = f"{path}.{key}" if path else str(key)
             if key not in a or key not in b:
                 return f"{sub}: only in the {'second' if key not in a else 'first'}"
-            found = _difference(a[key], b[key], sub)
+            found = difference(a[key], b[key], sub)
             if found:
                 return found
         return None
     if isinstance(a, list) and isinstance(b, list):
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            found = _difference(x, y, f"{path}[{i}]")
+            found = difference(x, y, f"{path}[{i}]")
             if found:
                 return found
         return None if len(a) == len(b) else f"{where}: {len(a)} vs {len(b)} items"
     return None if a == b else f"{where}: {_short(a)} vs {_short(b)}"
 
 
-def _step_view(result: StepResult) -> dict[str, Any]:
+def step_view(result: StepResult) -> dict[str, Any]:
     """A StepResult without ``info``: info may carry timings, which differ run to run."""
     return {k: v for k, v in result.to_dict().items() if k != "info"}
 
@@ -295,7 +296,7 @@ def _check_json(ctx: _Context) -> None:
             obs = env.reset(seed=seed)
             back = Observation.from_json(obs.to_json())
             if back != obs:
-                diff = _difference(obs.to_dict(), back.to_dict()) or "the objects compare unequal"
+                diff = difference(obs.to_dict(), back.to_dict()) or "the objects compare unequal"
                 raise _Failed(f"reset(seed={seed}) observation changed in a JSON round trip: {diff}")
         for spec in env.tools():
             if ToolSpec.from_json(spec.to_json()) != spec:
@@ -329,7 +330,7 @@ def _check_determinism(ctx: _Context) -> None:
     for seed in ctx.seeds:
         with ctx.env() as a, ctx.env() as b:
             first, second = a.reset(seed=seed).to_dict(), b.reset(seed=seed).to_dict()
-            diff = _difference(first, second)
+            diff = difference(first, second)
             if diff:
                 raise _Failed(
                     f"reset(seed={seed}) gave different messages on two fresh instances: {diff}; "
@@ -337,7 +338,7 @@ def _check_determinism(ctx: _Context) -> None:
                 )
             ra, rb = ctx.play(a, JUNK), ctx.play(b, JUNK)
             for i, (x, y) in enumerate(zip(ra, rb, strict=False)):
-                diff = _difference(_step_view(x), _step_view(y))
+                diff = difference(step_view(x), step_view(y))
                 if diff:
                     raise _Failed(
                         f"seed {seed}, step {i + 1} with {JUNK!r} differed between two fresh instances: {diff}"
@@ -346,7 +347,7 @@ def _check_determinism(ctx: _Context) -> None:
                 raise _Failed(
                     f"seed {seed}: the same actions ended one episode after {len(ra)} steps, another {len(rb)}"
                 )
-            diff = _difference(first, a.reset(seed=seed).to_dict())
+            diff = difference(first, a.reset(seed=seed).to_dict())
             if diff:
                 raise _Failed(
                     f"reset(seed={seed}) on the same instance a second time gave a different observation: {diff}; "
@@ -491,7 +492,7 @@ def _check_step_json(ctx: _Context) -> None:
     for label, result in labelled:
         back = StepResult.from_json(result.to_json())
         if back != result:
-            diff = _difference(result.to_dict(), back.to_dict()) or "the objects compare unequal"
+            diff = difference(result.to_dict(), back.to_dict()) or "the objects compare unequal"
             raise _Failed(f"{label}: a StepResult changed in a JSON round trip: {diff}")
 
 

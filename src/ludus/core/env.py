@@ -24,7 +24,7 @@ import logging
 import random
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from ludus.core.tools import Tool, ToolCache
@@ -118,6 +118,17 @@ class Env(ABC):
         :meth:`reference` reply alone; multi-turn environments override it."""
         reply = self.reference(task)
         return None if reply is None else [Message("assistant", reply)]
+
+    def cheats(self, task: Task) -> Mapping[str, list[Message]]:
+        """Scripted cheat episodes for ``task``, by name: the assistant messages of an episode that
+        tries to earn reward without solving the task in a way only this environment allows
+        (reading its ``secrets`` table, deleting its tests). Optional; none by default.
+
+        ``ludus check --redteam`` plays each one next to its generic cheat library and fails the
+        environment when one is judged correct or earns more than an empty reply. (It picks the
+        generic cheats from what the environment is; an optional class attribute
+        ``redteam_kinds``, a set of ``"answer"``, ``"code"``, ``"tools"``, overrides that.)"""
+        return {}
 
     def close(self) -> None:
         """Release anything the environment holds (processes, connections)."""

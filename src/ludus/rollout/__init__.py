@@ -8,6 +8,8 @@
 * :func:`evaluate` / :func:`summarize` — mean reward, accuracy, pass@k, best-of-N, per category.
 * :class:`OraclePolicy` / :class:`NothingPolicy` — scripted policies that prove an environment's
   tasks solvable and its reward discriminating.
+* :func:`redteam_env` — ``ludus check --redteam``: the oracle, the floor and a library of
+  generic cheats played against an environment, one report-card line each.
 
 Names load on first use, so that an environment server (which needs only the hosts) imports
 no torch.
@@ -30,6 +32,11 @@ _EXPORTS = {
     "summarize": "evaluate",
     "NothingPolicy": "scripted",
     "OraclePolicy": "scripted",
+    "CHEATS": "redteam",
+    "Cheat": "redteam",
+    "format_redteam": "redteam",
+    "redteam_env": "redteam",
+    "redteam_env_by_name": "redteam",
 }
 
 __all__ = sorted(_EXPORTS)

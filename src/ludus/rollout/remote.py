@@ -62,6 +62,14 @@ class Connection:
         self._client: httpx.Client | None = None
         self._channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Channel] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        self.max_request_bytes: int | None = None  # the server's, once info() has asked
+
+    def info(self) -> dict[str, Any]:
+        """The server's ``/info``; also learns its request size limit, so that an oversized
+        WebSocket message is refused here (the server would close the socket on it)."""
+        info = self.request("info")
+        self.max_request_bytes = info.get("max_request_bytes")
+        return info
 
     def request(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """``op`` (reset, step, close, tools, task, info) over HTTP."""
@@ -174,8 +182,14 @@ class _Channel:
         rid = next(self.ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiting[rid] = future
+        message = json.dumps({**body, "id": rid, "op": op})
+        limit = self.connection.max_request_bytes
+        if limit is not None and len(message) > limit:  # ASCII JSON: characters are bytes
+            raise RemoteEnvError(
+                "too_large", f"the {op} request is {len(message)} bytes; the server takes {limit}", 413
+            )
         try:
-            await ws.send(json.dumps({**body, "id": rid, "op": op}))
+            await ws.send(message)
             async with asyncio.timeout(self.connection.timeout_s):
                 return await future
         except ConnectionClosed as exc:
@@ -257,9 +271,14 @@ def step_result(reply: dict[str, Any]) -> StepResult:
     return StepResult.from_dict(reply["result"])
 
 
-def failed_step(exc: Exception) -> StepResult:
-    """What a step that could not reach its environment gives the episode."""
-    score = Score.zero(Status.INFRA_ERROR, f"the env server failed: {exc}"[:1000])
+def failed_step(exc: RemoteEnvError) -> StepResult:
+    """What a step the server did not carry out gives the episode: an ``infra_error``, except for
+    an action over the server's request size limit, which is the policy's doing (a reply too long
+    to send) and scores 0 as a ``format_error``, as bad model output does in any environment."""
+    if exc.kind == "too_large":
+        score = Score.zero(Status.FORMAT_ERROR, f"the action is too large for the env server: {exc}"[:1000])
+    else:
+        score = Score.zero(Status.INFRA_ERROR, f"the env server failed: {exc}"[:1000])
     return StepResult(Observation([]), 0.0, terminated=True, score=score)
 
 
@@ -276,7 +295,7 @@ class RemoteEnv(Env):
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 360.0, retries: int = 4) -> None:
         super().__init__(tasks=None)
         self.connection = Connection(url, token=token, timeout_s=timeout_s, retries=retries)
-        info = self.connection.request("info")
+        info = self.connection.info()
         self.name = info["env"]  # type: ignore[misc]
         self.description = info.get("description", "")  # type: ignore[misc]
         self.reward_range = tuple(info["reward_range"])  # type: ignore[misc,assignment]
@@ -353,7 +372,7 @@ class ServerHost:
         if not urls:
             raise ValueError("ServerHost needs at least one env server address")
         self.servers = [_Server(Connection(u, token=token, timeout_s=timeout_s, retries=retries)) for u in urls]
-        names = {s.connection.url: s.connection.request("info")["env"] for s in self.servers}
+        names = {s.connection.url: s.connection.info()["env"] for s in self.servers}
         if len(set(names.values())) > 1:
             raise ValueError(f"the env servers serve different environments: {names}")
         self.name = next(iter(names.values()))
@@ -419,7 +438,9 @@ class _RemoteSession:
             reply = await self.server.connection.arequest(
                 "step", {"session_id": self.id, "turn": self.turn, "action": action.to_dict()}
             )
-        except RemoteEnvError:
+        except RemoteEnvError as exc:
+            if exc.kind == "too_large":  # never sent: the session is fine, the reply was too long
+                return failed_step(exc)
             self.healthy = False
             raise
         self.turn += 1

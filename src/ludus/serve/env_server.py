@@ -146,7 +146,7 @@ class EnvServer:
         self._token = f"Bearer {token}".encode() if token else None
         probe = factory()  # the environment's description, and a clear error now rather than per session
         try:
-            self.info = {**_describe(probe), "env_args": env_args}
+            self.info = {**_describe(probe), "env_args": env_args, "max_request_bytes": self.limits.max_request_bytes}
             self._sources: dict[str, Any] = {}
             for split in _SPLITS:
                 try:
