@@ -2,13 +2,16 @@
 
     pip install -e '.[bench]'
     python benchmarks/math_verify_vs_ludus.py [--data benchmarks/data/math_labeled.jsonl]
+        [--regression benchmarks/data/math_regression.jsonl]
 
 Each item is (completion, gold, equivalent?). Both verifiers see the same completion and gold;
 Math-Verify is called the way its README shows (``verify(parse("$gold$"), parse(completion))``).
 Both run one item at a time in one worker process with a 30 s watchdog, so a hang in either
 is counted instead of stopping the benchmark, and the per-item pipe overhead is the same for
 both. Prints accuracy, false-positive and false-negative rates, timeouts, items/second and
-per-category confusion for both, and the ratios. Not a test.
+per-category confusion for both, and the ratios. Then the same for the regression corpus of real
+answer notation (``--regression``; cases taken from other graders' test suites and documented
+rules, each with its ``source``), by category; ``--regression ''`` skips it. Not a test.
 """
 
 from __future__ import annotations
@@ -92,29 +95,18 @@ def per_category(items: list[dict], verdicts: dict[str, list[str]]) -> list[str]
                 f"{name}:{'TP' if said and item['equivalent'] else 'FP' if said else 'FN' if item['equivalent'] else 'TN'}"
             ] += 1
     names = list(verdicts)
-    header = f"{'category':18} {'n':>4} " + " ".join(f"{n + ' TP/FP/TN/FN':>26}" for n in names)
+    width = max(18, *(len(c) for c in table))
+    header = f"{'category':{width}} {'n':>4} " + " ".join(f"{n + ' TP/FP/TN/FN':>26}" for n in names)
     lines = [header]
     for category in sorted(table):
         c = table[category]
         n = sum(c[f"{names[0]}:{k}"] for k in ("TP", "FP", "TN", "FN"))
         cells = " ".join(f"{'/'.join(str(c[f'{name}:{k}']) for k in ('TP', 'FP', 'TN', 'FN')):>26}" for name in names)
-        lines.append(f"{category:18} {n:4d} {cells}")
+        lines.append(f"{category:{width}} {n:4d} {cells}")
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(ROOT / "benchmarks" / "data" / "math_labeled.jsonl"))
-    parser.add_argument("--show", type=int, default=15, help="print up to this many of Math-Verify's false positives")
-    args = parser.parse_args()
-    os.chdir(ROOT)  # the watchdog's worker imports this file as benchmarks.math_verify_vs_ludus
-    sys.path.insert(0, str(ROOT))
-    items = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
-    print(f"{len(items)} labeled items ({sum(i['equivalent'] for i in items)} equivalent)", flush=True)
-
-    ludus, ludus_times = run_ludus(items)
-    mv, mv_times = run_math_verify(items)
-    rows = [summarise("ludus", items, ludus, ludus_times), summarise("math-verify", items, mv, mv_times)]
+def print_table(rows: list[dict]) -> None:
     print(
         f"\n{'verifier':12} {'accuracy':>9} {'FP rate':>8} {'FN rate':>8} {'FP':>4} {'FN':>4} {'timeouts':>9} "
         f"{'crashes':>8} {'items/s':>8} {'median ms':>10} {'slowest s':>10}"
@@ -125,6 +117,41 @@ def main() -> None:
             f"{r['false_positives']:4d} {r['false_negatives']:4d} {r['timeouts']:9d} {r['crashes']:8d} "
             f"{r['items_per_s']:8.1f} {r['median_ms']:10.2f} {r['max_s']:10.2f}"
         )
+
+
+def regression(path: str) -> dict:
+    """The regression corpus: both verifiers, by category; items marked ``known_miss`` are counted apart."""
+    items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    print(
+        f"\n== regression corpus {Path(path).name}: {len(items)} items "
+        f"({sum(i['equivalent'] for i in items)} equivalent, {sum(bool(i.get('known_miss')) for i in items)} "
+        "marked known_miss)",
+        flush=True,
+    )
+    ludus, ludus_times = run_ludus(items)
+    mv, mv_times = run_math_verify(items)
+    rows = [summarise("ludus", items, ludus, ludus_times), summarise("math-verify", items, mv, mv_times)]
+    print_table(rows)
+    print("\nper category (TP/FP/TN/FN):")
+    print("\n".join(per_category(items, {"ludus": ludus, "math-verify": mv})))
+    return {"ludus": rows[0], "math_verify": rows[1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(ROOT / "benchmarks" / "data" / "math_labeled.jsonl"))
+    parser.add_argument("--regression", default=str(ROOT / "benchmarks" / "data" / "math_regression.jsonl"))
+    parser.add_argument("--show", type=int, default=15, help="print up to this many of Math-Verify's false positives")
+    args = parser.parse_args()
+    os.chdir(ROOT)  # the watchdog's worker imports this file as benchmarks.math_verify_vs_ludus
+    sys.path.insert(0, str(ROOT))
+    items = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
+    print(f"{len(items)} labeled items ({sum(i['equivalent'] for i in items)} equivalent)", flush=True)
+
+    ludus, ludus_times = run_ludus(items)
+    mv, mv_times = run_math_verify(items)
+    rows = [summarise("ludus", items, ludus, ludus_times), summarise("math-verify", items, mv, mv_times)]
+    print_table(rows)
     lu, mvr = rows
     print(
         f"\nratios (ludus / math-verify): throughput {lu['items_per_s'] / mvr['items_per_s']:.2f}x, "
@@ -139,7 +166,10 @@ def main() -> None:
         print("\nsome of Math-Verify's false positives (gold | answer tail):")
         for item in shown:
             print(f"  {item['id']:24} {item['gold'][:30]!r:34} {item['completion'][-60:]!r}")
-    print(json.dumps({"ludus": lu, "math_verify": mvr}))
+    results = {"ludus": lu, "math_verify": mvr}
+    if args.regression:
+        results["regression"] = regression(args.regression)
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,19 @@ def test_format_component_is_paid_only_with_a_correct_answer():
         MathEnv(format_weight=1.0)
 
 
+def test_last_math_fallback_is_an_env_option_and_off_by_default():
+    reply = "x = 2 and the answer would be $2$."
+    env = MathEnv(family="linear-equation", difficulty=1)
+    env.reset(seed=3)
+    assert env.step(reply.replace("2", str(env.task.answer))).score.status == Status.NO_ANSWER
+    env = MathEnv(family="linear-equation", difficulty=1, fallback="last_math")
+    env.reset(seed=3)
+    assert env.verifier.fallback == "last_math"
+    assert env.step(reply.replace("2", str(env.task.answer))).score.status == Status.CORRECT
+    env.reset(seed=3)
+    assert env.step(f"it is ${env.task.answer + 1}$").score.status == Status.WRONG
+
+
 def test_math_env_reads_math_and_gsm8k_files(tmp_path):
     math_file = tmp_path / "math.jsonl"
     math_file.write_text(

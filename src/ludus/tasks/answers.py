@@ -32,7 +32,9 @@ _ANSWER_LINE = re.compile(
     r"|\b(?:the[ \t]+)?(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*(.*?)[ \t]*$",  # "The final answer is 5."
     re.M | re.I,
 )
-_LEADING_MATH = re.compile(r"^\$+([^$]+)\$+")
+_LEADING_MATH = re.compile(r"^(?:\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\])", re.S)  # $5$, \(5\), \[5\]
+_MATH_SPANS = re.compile(r"\$\$(.+?)\$\$|\$([^$]+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_LAST_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:/\d+)?")
 
 
 def reply_after_reasoning(text: str) -> str | None:
@@ -75,7 +77,7 @@ def _answer_lines(text: str) -> list[str]:
             answer = (inner[-1][0] or inner[-1][1]).strip()
         math = _LEADING_MATH.match(answer)  # "$5$. I hope it is correct." -> "5"
         if math:
-            answer = math.group(1)
+            answer = next(g for g in math.groups() if g is not None).strip()
         found.append(answer[:-1].rstrip() if answer.endswith(".") else answer)
     return found
 
@@ -107,3 +109,19 @@ def find_answers(
     if whole_reply and reply.strip():
         return [reply.strip()], "whole reply"
     return [], "no final answer marked (" + ", ".join(DESCRIBED[m] for m in priority) + ")"
+
+
+def last_math(text: str) -> tuple[list[str], str]:
+    """For evaluating free-form replies with no marker: the last math span (``$…$``, ``$$…$$``, ``\\(…\\)``,
+    ``\\[…\\]``) after the reasoning, else the last number. Training should keep requiring a marker."""
+    reply = reply_after_reasoning(text)
+    if reply is None:
+        return [], "the reply opens <think> but never closes it"
+    spans = [next(g for g in m.groups() if g is not None).strip() for m in _MATH_SPANS.finditer(reply)]
+    spans = [s for s in spans if s]
+    if spans:
+        return [spans[-1]], "the last math expression (fallback)"
+    numbers = _LAST_NUMBER.findall(reply)
+    if numbers:
+        return [numbers[-1]], "the last number (fallback)"
+    return [], "no marker and no math expression in the reply"

@@ -9,6 +9,10 @@ environment works with nothing downloaded. The reply must put its final answer i
 answer*: a correct answer in the first-priority marker (``\\boxed{}`` by default) earns 1,
 a correct answer marked some other way earns ``1 - format_weight``, a wrong answer 0
 however neat. So the format term can never be farmed on its own.
+
+``fallback="last_math"`` grades a reply with no marker by its last math expression (see
+:class:`MathVerifier`). It is for *evaluating* free-form outputs; leave it off for training,
+where the marker is part of what is learned.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Literal
 
 from ludus.core.env import SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
-from ludus.envs.math.verifier import DecimalGold, MathVerifier
+from ludus.envs.math.verifier import DecimalGold, Fallback, MathVerifier
 from ludus.tasks.answers import MARKERS, Marker, find_answers
 from ludus.tasks.arithmetic import Arithmetic
 from ludus.tasks.linear import LinearEquation
@@ -57,6 +61,7 @@ class MathEnv(SingleTurnEnv):
         timeout_s: float = 5.0,
         max_answer_chars: int = 1_000,
         decimal_gold: DecimalGold = "rounded",
+        fallback: Fallback | None = None,
     ):
         if not 0.0 <= format_weight < 1.0:
             raise ValueError(
@@ -71,7 +76,11 @@ class MathEnv(SingleTurnEnv):
         self.family = _family(family, difficulty)
         self.seed, self.format_weight = seed, format_weight
         self.verifier = MathVerifier(
-            priority=tuple(priority), timeout_s=timeout_s, max_answer_chars=max_answer_chars, decimal_gold=decimal_gold
+            priority=tuple(priority),
+            timeout_s=timeout_s,
+            max_answer_chars=max_answer_chars,
+            decimal_gold=decimal_gold,
+            fallback=fallback,
         )
 
     def default_tasks(self, split: Split = "train") -> TaskSource:

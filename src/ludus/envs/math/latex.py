@@ -8,7 +8,9 @@ input. Numbers stay exact: ``0.1`` is the rational 1/10, never a float.
 The result is one of the :data:`Answer` shapes: an expression (with the number of decimals
 if it was written as a plain decimal), text, a multiple-choice letter, a relation
 (``y = 2x+1``, ``x \\ge 3``), a bracketed sequence (tuple or interval; brackets kept), an
-unordered collection (``\\{1, 2\\}`` or a bare ``1, 2``), a union of intervals, or a matrix.
+unordered collection (``\\{1, 2\\}``, ``{1, 2}``, a bare ``1, 2``, the empty set), a union of
+intervals, a matrix, a labelled value (``(p, q) = (3, 2)``, ``x \\in [0, 1)``), an approximation
+(``\\frac{10}{3} \\approx 3.33``), a number in another base (``204_5``) or a time of day (``12:00``).
 Unit-like decorations are dropped on purpose (see :data:`UNIT_POLICY`).
 """
 
@@ -25,9 +27,113 @@ MAX_FACTORIAL = 3_000
 MAX_DEPTH = 100  # nesting of brackets and fractions
 
 UNIT_POLICY = (
-    "percent signs, degree marks, dollar signs and trailing unit words are dropped from both "
-    "answer and gold: 25\\% = 25 (not 0.25), 30^\\circ = 30 (not \\pi/6), 5\\text{ cm} = 5"
+    "percent signs, degree marks, dollar signs and unknown trailing unit words are dropped from both "
+    "answer and gold: 25\\% = 25 (not 0.25), 30^\\circ = 30 (not \\pi/6), 5\\text{ cm} = 5; a known unit "
+    "(UNITS) stated on both sides is compared as a unit: 1.5 km = 1500 m, 150 m != 150 km"
 )
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A physical unit an answer is stated in: ``km`` is ``Unit("length", 1000, 1)``, ``cm^2`` is area."""
+
+    dimension: str
+    factor: sympy.Rational  # in the dimension's base unit (m, kg, s, l, m/s)
+    power: int = 1
+
+
+def _units() -> dict[str, tuple[str, sympy.Rational]]:
+    R = sympy.Rational
+    table = {
+        "length": {
+            ("mm", "millimeter", "millimetre"): R(1, 1000),
+            ("cm", "centimeter", "centimetre"): R(1, 100),
+            ("dm", "decimeter", "decimetre"): R(1, 10),
+            ("m", "meter", "metre"): R(1),
+            ("km", "kilometer", "kilometre"): R(1000),
+            ("in", "inch", "inches"): R(254, 10000),
+            ("ft", "foot", "feet"): R(3048, 10000),
+            ("yd", "yard"): R(9144, 10000),
+            ("mi", "mile"): R(1609344, 1000),
+        },
+        "mass": {
+            ("mg", "milligram"): R(1, 10**6),
+            ("g", "gram", "gm"): R(1, 1000),
+            ("kg", "kilogram"): R(1),
+            ("lb", "lbs", "pound"): R(45359237, 10**8),
+            ("oz", "ounce"): R(28349523125, 10**12),
+        },
+        "time": {
+            ("s", "sec", "secs", "second"): R(1),
+            ("min", "mins", "minute"): R(60),
+            ("h", "hr", "hrs", "hour"): R(3600),
+            ("day",): R(86400),
+            ("week",): R(604800),
+        },
+        "money": {("cent",): R(1), ("dollar",): R(100)},
+        "calendar": {("month",): R(1), ("year", "yr", "yrs"): R(12), ("decade",): R(120), ("century",): R(1200)},
+        "volume": {("ml", "milliliter", "millilitre"): R(1, 1000), ("l", "liter", "litre"): R(1)},
+        "speed": {
+            ("m/s", "meters per second"): R(1),
+            ("km/h", "km/hr", "kmh", "kph", "kilometers per hour"): R(5, 18),
+            ("mph", "mi/h", "miles per hour"): R(1609344, 3600000),
+        },
+    }
+    out = {}
+    for dimension, units in table.items():
+        for names, factor in units.items():
+            for name in names:
+                out[name] = (dimension, factor)
+                if (
+                    len(name) >= 3
+                    and name.isalpha()
+                    and name[-1] != "s"
+                    and name not in ("century", "foot", "kmh", "kph", "mph")
+                ):
+                    out[name + "s"] = (dimension, factor)  # plurals of words: days, hours, meters
+    out["centuries"] = out["century"]
+    return out
+
+
+UNITS = _units()
+_UNIT_TAIL = re.compile(
+    r"(?:\\[,;:! ]|~|\s)*(?:\\(?:text|textnormal|textrm|mathrm|mbox|textbf|textit)\s*\{(?P<wrapped>[^{}]*)\}"
+    r"|(?P<bare>(?<![A-Za-z\\])[A-Za-z]+(?:/[A-Za-z]+)?))(?:\s*\^\s*\{?\s*(?P<power>[23])\s*\}?)?\s*\.?\s*$"
+)
+
+
+def split_unit(text: str) -> tuple[str, Unit | None]:
+    """``1.5 \\text{ km}`` → ``("1.5", Unit(length, 1000))``; text without a *known* unit comes back whole.
+
+    A unit is known if it is in :data:`UNITS` (metric and imperial length, mass, time, volume, speed;
+    ``square``/``cubic``/``^2``/``^3`` for area and volume). A bare one-letter unit (``150 m``) counts
+    only after a number and a space, so ``2m`` stays the product 2·m."""
+    stripped = text.strip()
+    inner = _NUMBER_IN_TEXT.match(stripped)
+    if inner:
+        stripped = inner.group(1).strip()
+    m = _UNIT_TAIL.search(stripped)
+    if not m:
+        return text, None
+    head = stripped[: m.start()].rstrip()
+    name = (m.group("wrapped") if m.group("wrapped") is not None else m.group("bare")) or ""
+    name = re.sub(r"\\[,;:! ]|~", " ", name).strip()
+    power = int(m.group("power") or 1)
+    inner_power = re.fullmatch(r"(.+?)\s*\^\s*\{?([23])\}?", name)
+    if inner_power:
+        name, power = inner_power.group(1).strip(), int(inner_power.group(2))
+    words = name.split()
+    if words and words[0].lower() in ("square", "sq", "cubic"):
+        power = 3 if words[0].lower() == "cubic" else 2
+        words = words[1:]
+    name = " ".join(words)
+    key = name.lower()
+    if key not in UNITS or not head or not re.search(r"[\d})]$", head):
+        return text, None
+    if m.group("bare") and len(name) == 1 and not (re.search(r"\d$", head) and stripped[len(head)].isspace()):
+        return text, None
+    dimension, factor = UNITS[key]
+    return head, Unit(dimension, factor, power)
 
 
 class ParseError(ValueError):
@@ -101,7 +207,57 @@ class Chain:
     relations: tuple[Relation, ...]
 
 
-Answer = Union[Expr, Text, Choice, Relation, Bracketed, Collection, IntervalUnion, Matrix, Chain, Ratio]  # noqa: UP007
+@dataclass(frozen=True)
+class Labelled:
+    """``(p, q) = (3, 2)``, ``x \\in [0, 1)``, ``V_1 : V_2 = 11 : 21``: a value with the name it is given."""
+
+    label: str  # canonical spelling, spaces removed
+    value: Answer
+
+
+@dataclass(frozen=True)
+class Approximate:
+    """``\\frac{10}{3} \\approx 3.33``: an exact part (if written) and an approximate decimal."""
+
+    exact: Answer | None
+    value: sympy.Rational
+    decimals: int
+    significant: int  # significant digits written in the approximate value
+
+
+@dataclass(frozen=True)
+class BaseNumber:
+    """``204_5``: a number written in base 2–36."""
+
+    value: int
+    base: int
+
+
+@dataclass(frozen=True)
+class ClockTime:
+    """``12:00``, ``3:05 \\text{ PM}``: a time of day, never a ratio."""
+
+    hour: int
+    minute: int
+    half: str | None  # "am", "pm" or None
+
+
+Answer = Union[  # noqa: UP007
+    Expr,
+    Text,
+    Choice,
+    Relation,
+    Bracketed,
+    Collection,
+    IntervalUnion,
+    Matrix,
+    Chain,
+    Ratio,
+    Labelled,
+    Approximate,
+    BaseNumber,
+    ClockTime,
+]
 
 # ---------------------------------------------------------------------------------------------
 # Normalisation: one canonical spelling for everything that does not change the value.
@@ -123,6 +279,8 @@ _UNICODE = {
     "\u222a": r"\cup ",
     "\u00b0": "",
     "\u2032": "'",
+    "\u2248": r"\approx ",
+    "\u2205": r"\emptyset ",
     "\u00a0": " ",
     "\u2009": " ",
     "\u202f": " ",
@@ -138,10 +296,29 @@ _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a
 _PERCENT = re.compile(r"\\?%")
 _DOLLAR = re.compile(r"\\\$|\$")
 _FRAC_VARIANTS = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
-_THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3})((?:(?:,|\{,\}|\\,| )\d{3})+)(?![\d.])")
+# a thousands group is exactly three digits, the first group has no leading zero ("0,111" is a decimal
+# comma), and a decimal part may follow: 1,000.99
+_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:(?:,\\!|,|\{,\}|\\,| )\d{3})+)(?!\d|,\d)(?!\.\d*[.,]\d)")
+_DECIMAL_COMMA = re.compile(r"^([+-]?\s*)0(?:,|\{,\})(\d+)$")
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|operatorname)\s*\{([^{}]*)\}")
 _TRAILING_TEXT = re.compile(
-    r"(?<=\S)\s*\\(?:text|mbox|textrm|mathrm)\s*\{\s*[A-Za-z][A-Za-z ./]*\}(?:\^\{?[23]\}?)?\s*$"
+    r"(?<=\S)\s*\\(?:text|mbox|textrm|textnormal|textbf|textit|mathrm)\s*\{\s*~?\s*[A-Za-z][A-Za-z ./]*\}"
+    r"(?:\^\{?[23]\}?)?\s*$"
+)
+_EMPTY_SET = re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{(?:\s|\\[,;:! ]|~)*\\\}|\\O(?![a-zA-Z])")
+_OVERLINE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,100})\}|(\d))")
+_PAREN_REPEAT = re.compile(r"(?<![\d.])(\d+)\.(\d*)\((\d{1,100})\)")
+# 7\frac{3}{4} and 7 3/4 are mixed numbers (7 + 3/4), never products; only proper fractions qualify
+_MIXED_LATEX = re.compile(r"(?<![\d.^_])(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}(?![\d^])")
+_MIXED_PLAIN = re.compile(r"(?<![\d.^_/])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.^])")
+_SCALE_WORDS = re.compile(
+    r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*)?(million|billion|trillion)s?\s*\}?", re.I
+)
+_SCALES = {"million": 6, "billion": 9, "trillion": 12}
+_OPERATOR = re.compile(r"\\(?:operatorname\*?|mathrm|text|textrm)\s*\{\s*([a-zA-Z]+)\s*\}")
+_NAMED_FUNCTIONS = set("sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh ln log exp gcd lcm".split())
+_NUMBER_IN_TEXT = re.compile(
+    r"^\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)\s*\{\s*([-+]?\s*[\d.,]+[^{}]*)\}$"
 )
 _TRAILING_WORDS = re.compile(r"(?<=[\d)}])\s+([A-Za-z]{2,}(?:\s+[A-Za-z]+)*)(?:\^\{?[23]\}?)?\s*$")
 _MATH_WORDS = {"pi", "inf", "infty", "infinity", "sqrt", "or", "and", "either", "i"}
@@ -156,6 +333,34 @@ def _drop_units(text: str) -> str:
     return text
 
 
+def _int(digits: str) -> int:
+    """``int()`` of a digit string of any length up to ``MAX_DIGITS`` (Python refuses > 4,300 digits at once)."""
+    value = 0
+    for k in range(0, len(digits), 1000):
+        chunk = digits[k : k + 1000]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return value
+
+
+def _repeating(whole: str, fixed: str, period: str) -> str:
+    """``0.1\\overline{6}`` → ``(\\frac{15}{90})``: a repeating decimal as the exact rational it denotes."""
+    if len(whole) + len(fixed) > 1000:
+        return f"{whole}.{fixed}\\overline{{{period}}}"  # left unread: too long to be an answer
+    head = _int(whole or "0") * 10 ** len(fixed) + _int(fixed or "0")
+    numerator = head * (10 ** len(period) - 1) + int(period)
+    denominator = 10 ** len(fixed) * (10 ** len(period) - 1)
+    return f"(\\frac{{{numerator}}}{{{denominator}}})"
+
+
+def _mixed(m: re.Match[str]) -> str:
+    if len(m.group(0)) > 1000:
+        return m.group(0)
+    whole, numerator, denominator = (int(g) for g in m.groups())
+    if not 0 < numerator < denominator:
+        return m.group(0)
+    return f"({whole}+\\frac{{{numerator}}}{{{denominator}}})"
+
+
 def _merge_thousands(text: str) -> str:
     """``1,000,000`` / ``1{,}000`` / ``1\\,000`` → ``1000000``, but only outside brackets, where a comma
     could separate the items of a tuple or an interval."""
@@ -163,14 +368,19 @@ def _merge_thousands(text: str) -> str:
     for m in _THOUSANDS.finditer(text):
         depth += sum(text.count(c, last, m.start()) for c in "([{") - sum(text.count(c, last, m.start()) for c in ")]}")
         out.append(text[last : m.start()])
-        out.append(m.group(0) if depth > 0 else m.group(1) + re.sub(r"\{,\}|\\,|,| ", "", m.group(2)))
+        out.append(m.group(0) if depth > 0 else m.group(1) + re.sub(r",\\!|\{,\}|\\,|,| ", "", m.group(2)))
         last = m.end()
     out.append(text[last:])
     return "".join(out)
 
 
-def normalise(text: str) -> str:
-    """One spelling for equal things: unicode, spacing, ``\\dfrac``, thousands separators, units."""
+def normalise(text: str, *, decimal_comma: bool = True) -> str:
+    """One spelling for equal things: unicode, spacing, ``\\dfrac``, thousands separators, units.
+
+    ``decimal_comma``: read a lone ``0,111`` as 0.111 (never when a list is expected)."""
+    number_in_text = _NUMBER_IN_TEXT.match(text.strip())
+    if number_in_text:  # \textbf{150 km} -> 150 km
+        text = number_in_text.group(1)
     for char, repl in _UNICODE.items():
         text = text.replace(char, repl)
     for char, repl in _VULGAR.items():
@@ -180,9 +390,27 @@ def normalise(text: str) -> str:
     text = _PERCENT.sub("", text)
     text = _DOLLAR.sub("", text)
     text = _FRAC_VARIANTS.sub(r"\\frac", text)
+    text = _EMPTY_SET.sub(r"\\emptyset ", text)
+    text = _OVERLINE.sub(lambda m: _repeating(m.group(1), m.group(2), m.group(3) or m.group(4)), text)
+    text = _PAREN_REPEAT.sub(lambda m: _repeating(m.group(1), m.group(2), m.group(3)), text)
+    text = _OPERATOR.sub(
+        lambda m: (
+            f" {m.group(1)} "
+            if m.group(1) in ("e", "i")
+            else f"\\{m.group(1)} "
+            if m.group(1) in _NAMED_FUNCTIONS
+            else m.group(0)
+        ),
+        text,
+    )
     text = text.replace(r"\lvert", "|").replace(r"\rvert", "|").replace(r"\vert", "|").replace(r"\mid", "|")
     text = text.replace(r"\lbrace", r"\{").replace(r"\rbrace", r"\}").replace(r"\{,\}", "{,}")
     text = _merge_thousands(text)
+    text = _MIXED_LATEX.sub(_mixed, text)
+    text = _MIXED_PLAIN.sub(_mixed, text)
+    text = _SCALE_WORDS.sub(lambda m: f"{m.group(1)}\\times 10^{{{_SCALES[m.group(2).lower()]}}}", text)
+    if decimal_comma:
+        text = _DECIMAL_COMMA.sub(r"\g<1>0.\2", text.strip())
     text = _DROP.sub(" ", text)
     text = _drop_units(text.strip())
     text = text.strip()
@@ -292,7 +520,7 @@ def _number(text: str) -> tuple[sympy.Rational, int | None]:
     if len(mantissa) > MAX_DIGITS:
         raise TooLarge("a literal with more than 10,000 digits")
     whole, point, frac = mantissa.partition(".")
-    value = sympy.Rational(int(whole or "0") * 10 ** len(frac) + int(frac or "0"), 10 ** len(frac))
+    value = sympy.Rational(_int(whole or "0") * 10 ** len(frac) + _int(frac or "0"), 10 ** len(frac))
     if exponent:
         power = int(exponent)
         if abs(power) > MAX_DIGITS:
@@ -367,6 +595,7 @@ class _Parser:
         self.tokens = tokens
         self.pos = 0
         self.depth = 0
+        self.bound: set[str] = set()  # summation indices: "i" is the index there, not the imaginary unit
 
     def peek(self, offset: int = 0) -> Token:
         return self.tokens[min(self.pos + offset, len(self.tokens) - 1)]
@@ -521,12 +750,15 @@ class _Parser:
             return self.apply(_FUNCTIONS[text.lower()])
         if text == "log":
             return self.logarithm()
+        if text in ("gcd", "lcm") and self.at("("):
+            return self.integer_function(text)
         if len(text) > 1:  # "xy" is x*y, as in LaTeX
             value = sympy.Integer(1)
             for ch in text:
                 value *= _symbol(ch)
             return value
-        return _symbol(text + self.subscript())
+        name = text + self.subscript()
+        return sympy.Symbol(name) if name in self.bound else _symbol(name)
 
     def command(self) -> sympy.Expr:
         name = self.take().text
@@ -537,6 +769,10 @@ class _Parser:
             numerator, denominator = self.argument(), self.argument()
             self.depth -= 1
             return _divide(numerator, denominator)
+        if name in (r"\sum", r"\prod"):
+            return self.big_operator(name)
+        if name in (r"\gcd", r"\lcm"):
+            return self.integer_function(name[1:])
         if name == r"\binom":
             n, k = self.argument(), self.argument()
             if n.is_Integer and k.is_Integer and n > MAX_FACTORIAL:
@@ -556,9 +792,48 @@ class _Parser:
             return self.logarithm()
         if name[1:] in _GREEK:
             return _symbol(name[1:] + self.subscript())
-        if name in (r"\{",):
+        if name in (r"\{", r"\emptyset"):
             raise ParseError("a set inside an expression")
         raise ParseError(f"unknown command {name}")
+
+    def big_operator(self, name: str) -> sympy.Expr:
+        """``\\sum_{k=1}^{10} k^2`` / ``\\prod_{k=1}^{n} k``: the index, its bounds, then one term."""
+        self.expect("_")
+        self.expect("{")
+        index = self.take()
+        if index.kind != "word" or len(index.text) != 1 or self.take().text != "=":
+            raise ParseError(f"{name} needs a subscript like {{k=1}}")
+        lower = self.expr()
+        self.expect("}")
+        self.expect("^")
+        upper = self.argument()
+        self.nested()
+        outer, self.bound = self.bound, self.bound | {index.text}
+        body = self.term()
+        self.bound = outer
+        self.depth -= 1
+        var = sympy.Symbol(index.text)
+        span = upper - lower
+        if span.is_number:  # refused before any work, like (10^6)!
+            if not span.is_finite or any(b.is_number and abs(b) > 10**100 for b in (lower, upper)):
+                raise TooLarge(f"a {name[1:]} with bounds that large")
+            closed_form = name == r"\sum" and body.is_polynomial(var) and sympy.degree(body, var) <= 10
+            if span > (10_000 if name == r"\sum" else MAX_FACTORIAL) and not closed_form:
+                raise TooLarge(f"a {name[1:]} over {span} terms")
+        return (sympy.summation if name == r"\sum" else sympy.product)(body, (var, lower, upper))
+
+    def integer_function(self, name: str) -> sympy.Expr:
+        """``\\gcd(12, 18)``, ``\\operatorname{lcm}(4, 6)``: integers only."""
+        self.expect("(")
+        args = [self.expr()]
+        while self.at(","):
+            self.take()
+            args.append(self.expr())
+        self.expect(")")
+        if len(args) < 2 or not all(a.is_Integer for a in args):
+            raise ParseError(f"{name} of something other than integers")
+        function = sympy.igcd if name == "gcd" else sympy.ilcm
+        return sympy.Integer(function(*[int(a) for a in args]))
 
     def apply(self, function: object) -> sympy.Expr:
         power = None
@@ -692,36 +967,122 @@ def choice_letters(text: str) -> list[str]:
     return sorted(set(re.findall(r"(?<![A-Za-z\\])([A-E])(?![A-Za-z])", plain)))
 
 
-def parse_answer(text: str, *, as_choice: bool = False) -> Answer:
-    """Parse one final answer. ``as_choice`` when the gold is a multiple-choice letter."""
-    text = normalise(text)
+_NAME = r"(?:[A-Za-z]|\\[a-zA-Z]+)(?:_\{?[A-Za-z0-9]+\}?)?'*"
+_TUPLE_LABEL = re.compile(rf"^\(\s*{_NAME}(?:\s*,\s*{_NAME})+\s*\)$")
+_RATIO_LABEL = re.compile(rf"^{_NAME}(?:\s*:\s*{_NAME})+$")
+_TEXT_LABEL = re.compile(r"^\\(?:text|textrm|textnormal|mathrm)\s*\{\s*[A-Za-z][A-Za-z ]*\}$")  # \text{Area} = 25
+_MEMBERSHIP = re.compile(rf"^({_NAME})\s*\\in(?![a-zA-Z])\s*(.+)$", re.S)
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})\s*(?:\\text\{\s*)?([ap])?\.?\s*(?:m\.?)?\s*\}?$", re.I)
+_BASE = re.compile(r"^([0-9A-Z]+)_\{?(\d{1,2})\}?$")
+_CONNECTIVE = re.compile(r"\\text\{\s*(or|and)\s*\}|(?<![a-zA-Z\\])(or|and)(?![a-zA-Z])")
+
+
+def parse_answer(
+    text: str, *, as_choice: bool = False, alternatives_as_list: bool = False, decimal_comma: bool = True
+) -> Answer:
+    """Parse one final answer. ``as_choice`` when the gold is a multiple-choice letter;
+    ``alternatives_as_list`` when the gold is a set of all solutions, so that ``x = 4 \\text{ or } x = 1``
+    lists them (elsewhere "or" is a hedge and never reaches the parser); ``decimal_comma`` reads a lone
+    ``0,111`` as 0.111."""
+    clock = _CLOCK.match(text.strip().strip("$").strip())
+    if clock and not as_choice:
+        hour, minute, half = int(clock.group(1)), int(clock.group(2)), clock.group(3)
+        if clock.group(2).startswith("0") or half:
+            if hour > 24 or minute > 59 or (half and not 1 <= hour <= 12):
+                raise ParseError("not a time of day")
+            return ClockTime(hour, minute, half.lower() + "m" if half else None)
+    text = normalise(text, decimal_comma=decimal_comma)
     if not text:
         raise ParseError("empty answer")
     try:
-        return _parse(text, as_choice, depth=0)
+        return _parse(text, as_choice, depth=0, alternatives=alternatives_as_list)
     except RecursionError as exc:
         raise ParseError("nested too deeply") from exc
 
 
-def _parse(text: str, as_choice: bool, depth: int) -> Answer:
+def _label(text: str) -> str:
+    return re.sub(r"\s+|\{|\}", "", text)
+
+
+def _top_level_equals(text: str) -> int | None:
+    """The index of the one top-level ``=`` (not part of ``<=``, ``>=``, ``!=``, ``==``), if exactly one."""
+    parts = split_top_level(text, ("=",))
+    if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+        return None
+    if parts[0].rstrip()[-1:] in "<>!" or parts[1].lstrip()[:1] in "<>=":
+        return None
+    return len(parts[0])
+
+
+def _connectives_to_commas(text: str, words: tuple[str, ...]) -> str:
+    """``1 \\text{ and } 4`` → ``1 , 4`` (and "or" where the gold lists solutions), outside brackets only."""
+    out, last, depth = [], 0, 0
+    for m in _CONNECTIVE.finditer(text):
+        depth += sum(text.count(c, last, m.start()) for c in "([{") - sum(text.count(c, last, m.start()) for c in ")]}")
+        out.append(text[last : m.start()])
+        out.append(" , " if depth == 0 and (m.group(1) or m.group(2)) in words else m.group(0))
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _flatten_plus_minus(items: list[str], parsed: list[Answer]) -> tuple[Answer, ...]:
+    """``0, \\pm 3`` lists 0, 3 and -3: a ``\\pm`` item contributes both of its values."""
+    out: list[Answer] = []
+    for source, item in zip(items, parsed, strict=True):
+        if isinstance(item, Collection) and (r"\pm" in source or r"\mp" in source):
+            out.extend(item.items)
+        else:
+            out.append(item)
+    return tuple(out)
+
+
+def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -> Answer:
     if depth > MAX_DEPTH:
         raise ParseError("nested too deeply")
     text = text.strip()
+
+    def sub(part: str) -> Answer:
+        return _parse(part, False, depth + 1, alternatives)
+
     if as_choice:
         letters = choice_letters(text)
         if len(letters) != 1:
             raise ParseError(f"expected one option letter, found {letters or 'none'}")
         return Choice(letters[0])
+    if text == r"\emptyset":
+        return Collection(())
     matrix = _MATRIX.match(text)
     if matrix:
         rows = [r for r in re.split(r"\\\\", matrix.group(2)) if r.strip()]
-        return Matrix(tuple(tuple(_parse(cell, False, depth + 1) for cell in row.split("&")) for row in rows))
+        return Matrix(tuple(tuple(sub(cell) for cell in row.split("&")) for row in rows))
+    base = _BASE.match(re.sub(r"\\(?:text|mathrm)\{([0-9A-Z]+)\}", r"\1", text))
+    if base and any(c.isdigit() for c in base.group(1)):
+        digits, radix = base.group(1), int(base.group(2))
+        if 2 <= radix <= 36 and all(int(c, 36) < radix for c in digits) and len(digits) <= 100:
+            return BaseNumber(int(digits, radix), radix)
+    member = _MEMBERSHIP.match(text)
+    if member:
+        return Labelled(_label(member.group(1)), sub(member.group(2)))
     pieces = split_top_level(text, (r"\cup",))
     if len(pieces) > 1:
-        return IntervalUnion(tuple(_parse(p, False, depth + 1) for p in pieces))
-    items = split_top_level(text, (",", ";"))
+        return IntervalUnion(tuple(sub(p) for p in pieces))
+    if not _PLAIN_WORDS.match(text):
+        text = _connectives_to_commas(text, ("and", "or") if alternatives else ("and",))
+    items = [i for i in split_top_level(text, (",", ";")) if i.strip()]
     if len(items) > 1:
-        return Collection(tuple(_parse(i, False, depth + 1) for i in items if i.strip()))
+        return Collection(_flatten_plus_minus(items, [sub(i) for i in items]))
+    equals = _top_level_equals(text)
+    if equals is not None:
+        lhs, rhs = text[:equals].strip(), text[equals + 1 :].strip()
+        if (
+            _TUPLE_LABEL.match(lhs)
+            or _TEXT_LABEL.match(lhs)
+            or (_RATIO_LABEL.match(lhs.replace(r"\colon", ":")) and ":" in rhs)
+        ):
+            return Labelled(_label(lhs.replace(r"\colon", ":")), sub(rhs))
+    if r"\approx" in text:
+        return _approximate(text, depth, alternatives)
     terms = split_top_level(text.replace(r"\colon", ":"), (":",))
     if len(terms) > 1:
         return Ratio(tuple(parse_expression(t) for t in terms))
@@ -733,9 +1094,14 @@ def _parse(text: str, as_choice: bool, depth: int) -> Answer:
         opening, inner, closing = outer
         items = split_top_level(inner, (",",))
         if opening == "{":
-            return Collection(tuple(_parse(i, False, depth + 1) for i in items if i.strip()))
+            items = [i for i in items if i.strip()]
+            return Collection(_flatten_plus_minus(items, [sub(i) for i in items]))
         if len(items) > 1:
-            return Bracketed(opening, closing, tuple(_parse(i, False, depth + 1) for i in items))
+            return Bracketed(opening, closing, tuple(sub(i) for i in items))
+    if text.startswith("{") and text.endswith("}") and _outer_braces(text):
+        items = split_top_level(text[1:-1], (",",))
+        if len(items) > 1:  # {1, 3}: a set written without \{ \}
+            return Collection(_flatten_plus_minus(items, [sub(i) for i in items]))
     if r"\pm" in text or r"\mp" in text:
         return _plus_minus(text)
     if _PLAIN_WORDS.match(text) and len(text.replace(" ", "")) > 1 and text.lower() not in _CONSTANTS:
@@ -751,6 +1117,36 @@ def _parse(text: str, as_choice: bool, depth: int) -> Answer:
             return Text(inner.lower().replace(" ", ""))
     decimals = _number_decimals(text)
     return Expr(parse_expression(text), decimals)
+
+
+def _outer_braces(text: str) -> bool:
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return depth == 0
+
+
+def _approximate(text: str, depth: int, alternatives: bool) -> Approximate:
+    """``A = \\pi r^2 = 16\\pi \\approx 50.27``: the exact part (if any) and the written decimal."""
+    parts = split_top_level(text, (r"\approx",))
+    if len(parts) < 2 or any(not p.strip() for p in parts[1:]):
+        raise ParseError("an approximation without a value")
+    written = parts[-1].replace(" ", "")
+    m = re.fullmatch(r"([+-]?)(\d*)\.?(\d*)", written)
+    if not m or not (m.group(2) or m.group(3)):
+        raise ParseError(f"an approximate value that is not a decimal: {parts[-1]!r}")
+    value, decimals = _number(written.lstrip("+-"))
+    if m.group(1) == "-":
+        value = -value
+    digits = (m.group(2) + m.group(3)).lstrip("0")
+    head = parts[0].strip()
+    exact = None
+    if head and not re.fullmatch(_NAME, head):  # "x \approx 0.33" has no exact part
+        exact = _parse(head, False, depth + 1, alternatives)
+    return Approximate(exact, value, decimals or 0, len(digits))
 
 
 def _looks_like_math_word(text: str) -> bool:
@@ -770,12 +1166,19 @@ def _relation(text: str) -> Answer | None:
         return None
     sides: list[list[Token]] = [[]]
     ops = []
+    depth = 0
     for token in tokens[:-1]:
-        if token.kind == "rel":
+        if token.kind == "sym" and token.text in "([{":
+            depth += 1
+        elif token.kind == "sym" and token.text in ")]}":
+            depth -= 1
+        if token.kind == "rel" and depth == 0:
             ops.append(token.text)
             sides.append([])
         else:
             sides[-1].append(token)
+    if not ops:
+        return None
     if any(not side for side in sides):
         raise ParseError("a relation with an empty side")
     values = [_expression(side + [tokens[-1]]) for side in sides]

@@ -9,7 +9,9 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
   marker kind present in ``priority`` order (``\\boxed``/``\\fbox``, ``<answer>``, ``####``,
   ``Answer:``). Several *different* boxed answers, or a hedge ("3 or 4", a box listing every
   option) are ``ambiguous``; no marker or an empty box is ``no_answer``; an answer longer than
-  ``max_answer_chars`` is a ``format_error`` and is never parsed.
+  ``max_answer_chars`` is a ``format_error`` and is never parsed. Where the gold lists several
+  values (a list, or several boxes), "or"/"and" and several boxes list the answer's values
+  instead. ``fallback="last_math"`` (evaluation only) reads an unmarked reply's last math span.
 * **Exact when the gold is exact.** Numbers are rationals (``0.5`` = ``\\frac12``, but ``0.333``
   ≠ ``\\frac13`` and ``6.28`` ≠ ``2\\pi``); expressions are equal only if SymPy *proves* the
   difference is zero — a numerical match is never enough, so ``\\pi + 10^{-100}`` ≠ ``\\pi``
@@ -19,8 +21,16 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
   decimals (``2\\pi`` and ``6.283`` pass, ``6.3`` does not). The price: a gold ``12.5`` that
   is exact also accepts ``12.54``; ``decimal_gold="exact"`` turns the tolerance off for data
   whose decimal golds are exact (money amounts, for instance).
-* **Units** (:data:`~ludus.envs.math.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and trailing unit
-  words are dropped from both sides, so ``25\\%`` = ``25`` and ``25\\%`` ≠ ``0.25``.
+* **Units** (:data:`~ludus.envs.math.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and unknown trailing
+  unit words are dropped from both sides, so ``25\\%`` = ``25`` and ``25\\%`` ≠ ``0.25``; a known
+  unit (:data:`~ludus.envs.math.latex.UNITS`) on both sides is compared as a unit: ``1.5 km`` =
+  ``1500 m``, ``150 m`` ≠ ``150 km``.
+* **Notation** is read by unambiguous rules only: labels (``(p, q) = (3, 2)``, ``f(x) = 1``,
+  ``x \\in [0, 1)``) are dropped where the gold has none and must match where it has one;
+  ``x = 5 + 6 = 11`` is its last member; ``\\frac{10}{3} \\approx 3.33`` is its exact part, a
+  bare ``\\approx 3.14`` a decimal correct to its last digit; ``0.\\overline{3}``, ``7\\frac34``,
+  ``204_5``, ``\\emptyset``, ``1,000.99``, ``0,111`` and ``12:00`` (a time, never a ratio) are what
+  they say. docs/math.md lists every rule.
 * **Structure is kept**: ordered tuples stay ordered; ``\\{…\\}`` and bare lists of all
   solutions compare as sets (a subset is wrong); interval brackets matter; matrices compare
   by shape and entries; an equation matches only an equivalent equation (``y=2x+1`` =
@@ -46,29 +56,36 @@ from ludus.core.types import Score, Status
 from ludus.envs.math.guard import GuardedPool, cpu_count
 from ludus.envs.math.latex import (
     Answer,
+    Approximate,
+    BaseNumber,
     Bracketed,
     Chain,
     Choice,
+    ClockTime,
     Collection,
     Expr,
     IntervalUnion,
+    Labelled,
     Matrix,
     ParseError,
     Ratio,
     Relation,
     Text,
     TooLarge,
+    Unit,
     choice_letter,
     is_hedged,
     normalise,
     parse_answer,
+    split_unit,
 )
-from ludus.tasks.answers import MARKERS, Marker, boxed_contents, find_answers
+from ludus.tasks.answers import MARKERS, Marker, boxed_contents, find_answers, last_math
 
 # ---------------------------------------------------------------------------------------------
 # Equivalence of parsed answers
 
 DecimalGold = Literal["rounded", "exact"]  # how a gold written as a decimal (6.28, 12.5) is read
+Fallback = Literal["last_math"]  # what an unmarked reply's answer is (evaluation only; None: no answer)
 
 _PROBE_POINTS = (sympy.Rational(7213, 10000), sympy.Rational(-13819, 10000), sympy.Rational(29, 7))
 
@@ -152,13 +169,87 @@ def relations_equal(a: Relation, g: Relation) -> bool:
     return bool(ratio.is_positive) if op_a in ("<", "<=") else True
 
 
+def _is_label(e: sympy.Expr) -> bool:
+    """A name on the left of ``=``: ``x``, ``m_1``, ``AB`` (a segment), ``f(x)`` (read as f·x), never ``x + y`` or ``2x``."""
+    if e.is_Symbol:
+        return True
+    return bool(e.is_Mul and all(f.is_Symbol for f in e.args) and len(set(e.args)) == len(e.args))
+
+
 def _as_value(a: Answer) -> Answer:
-    """``x = 5`` (a lone variable on the left) reads as ``5``; a one-item list as its item."""
-    if isinstance(a, Relation) and a.op == "=" and a.lhs.is_Symbol:
-        return Expr(a.rhs)
+    """What an answer states as its value: ``x = 5`` / ``f(x) = 5`` (a label on the left) reads as ``5``;
+    an all-``=`` chain ``x = 5 + 6 = 11`` or a true numeric statement ``5 + 6 = 11`` as its last member
+    (every member without variables must equal it); a one-item list as its item."""
+    if isinstance(a, Relation) and a.op == "=":
+        if _is_label(a.lhs):
+            return Expr(a.rhs)
+        if not a.lhs.free_symbols and not a.rhs.free_symbols and values_equal(a.lhs, a.rhs):
+            return Expr(a.rhs)
+    if isinstance(a, Chain) and all(r.op == "=" for r in a.relations):
+        members = [a.relations[0].lhs] + [r.rhs for r in a.relations]
+        last = members[-1]
+        first = 1 if _is_label(members[0]) else 0
+        if all(values_equal(m, last) for m in members[first:-1] if not m.free_symbols and not last.free_symbols):
+            return Expr(last)
     if isinstance(a, Collection) and len(a.items) == 1:
         return _as_value(a.items[0])
     return a
+
+
+def _one_variable(items: Sequence[Answer]) -> bool:
+    """``x = 1, x = 4`` and ``x_1 = 1, x_2 = 4`` list solutions; ``x = 1, y = 4`` is an assignment, not a set."""
+    names = {str(i.lhs).split("_")[0] for i in items if isinstance(i, Relation) and i.lhs.is_Symbol}
+    return len(names) <= 1
+
+
+def _clock(a: Answer) -> ClockTime | None:
+    if isinstance(a, ClockTime):
+        return a
+    if isinstance(a, Ratio) and len(a.terms) == 2 and all(t.is_Integer and t >= 0 for t in a.terms):
+        hour, minute = int(a.terms[0]), int(a.terms[1])
+        return ClockTime(hour, minute, None) if hour <= 24 and minute <= 59 else None
+    return None
+
+
+def _clocks_equal(a: ClockTime, g: ClockTime) -> bool:
+    """Same minute and hour; ``3:00 PM`` = ``15:00``, and ``3:00`` (no AM/PM) = ``3:00 PM``, but ``3:00 AM`` ≠ ``15:00``."""
+    if a.minute != g.minute:
+        return False
+
+    def hour24(c: ClockTime) -> int:
+        return c.hour % 12 + (12 if c.half == "pm" else 0)
+
+    if a.half and g.half:
+        return hour24(a) == hour24(g)
+    if a.half or g.half:
+        half, plain = (a, g) if a.half else (g, a)
+        if plain.hour > 12 or plain.hour == 0:  # a 24-hour time says AM or PM itself
+            return hour24(half) == plain.hour % 24
+        return half.hour % 12 == plain.hour % 12
+    return a.hour == g.hour
+
+
+def _approximation_matches(a: Approximate, g: Answer) -> bool:
+    """``\\frac{10}{3} \\approx 3.33``: the exact part is the answer (and the decimal must agree with it to its
+    written precision); a bare ``\\approx 3.14`` is compared as a decimal to its written precision and needs
+    at least three significant digits (``\\approx 3`` is no answer to ``\\pi``)."""
+    bound = sympy.Rational(1, 2 * 10**a.decimals)
+    if a.exact is not None:
+        exact = _as_value(a.exact)
+        if isinstance(exact, Expr) and exact.value.is_number:
+            diff = (exact.value - a.value).evalf(a.decimals + 30)
+            if not (diff.is_comparable and abs(diff) <= bound):
+                return False  # "2\pi \approx 6.5" contradicts itself
+        return equivalent(a.exact, g)
+    value = _as_value(g)
+    if not isinstance(value, Expr) or not value.value.is_number:
+        return False
+    if value.decimals is not None:  # a decimal gold: the usual rule
+        return values_equal(a.value, value.value, value.decimals)
+    if a.significant < 3:
+        return False
+    diff = (value.value - a.value).evalf(a.decimals + 30)
+    return bool(diff.is_comparable and abs(diff) <= bound)
 
 
 def _match_unordered(answers: Sequence[Answer], golds: Sequence[Answer]) -> bool:
@@ -175,6 +266,34 @@ def _match_unordered(answers: Sequence[Answer], golds: Sequence[Answer]) -> bool
 
 def equivalent(a: Answer, g: Answer) -> bool:
     """Whether answer ``a`` is equivalent to gold ``g`` under the module's rules."""
+    if isinstance(g, Labelled):  # a label is stripped only where it names the same thing, or one side has none
+        if isinstance(a, Labelled):
+            return a.label == g.label and equivalent(a.value, g.value)
+        return equivalent(a, g.value)
+    if isinstance(a, Labelled):
+        if isinstance(g, Relation) and g.lhs.is_Symbol and str(g.lhs) != a.label:
+            return False
+        return equivalent(a.value, g)
+    if isinstance(g, Approximate):
+        if isinstance(a, Approximate):
+            return (a.exact is None) == (g.exact is None) and (
+                equivalent(a.exact, g.exact) if a.exact is not None and g.exact is not None else a.value == g.value
+            )
+        return g.exact is not None and equivalent(a, g.exact)
+    if isinstance(a, Approximate):
+        return _approximation_matches(a, g)
+    if isinstance(g, BaseNumber):
+        if isinstance(a, BaseNumber):
+            return a.value == g.value and a.base in (g.base, 10)
+        a = _as_value(a)
+        return isinstance(a, Expr) and a.value.is_Integer and int(a.value) == g.value
+    if isinstance(a, BaseNumber):  # a decimal gold is not answered in another base
+        return a.base == 10 and isinstance(g, Expr) and g.value == a.value
+    if isinstance(g, ClockTime):
+        clock = _clock(a)
+        return clock is not None and _clocks_equal(clock, g)
+    if isinstance(a, ClockTime):
+        return False
     if isinstance(g, Expr):
         a = _as_value(a)
         return isinstance(a, Expr) and values_equal(a.value, g.value, g.decimals)
@@ -198,6 +317,8 @@ def equivalent(a: Answer, g: Answer) -> bool:
         )
     if isinstance(g, Collection):
         items = a.items if isinstance(a, Collection) else (a,)
+        if not _one_variable(items):
+            return False
         return _match_unordered([_as_value(i) for i in items], [_as_value(i) for i in g.items])
     if isinstance(g, IntervalUnion):
         return isinstance(a, IntervalUnion) and _match_unordered(a.pieces, g.pieces)
@@ -229,16 +350,70 @@ def _plain_text(text: str) -> str:
     return _TEXT_WRAPPER.sub(r"\1", normalise(text)).lower().replace(" ", "").strip(".")
 
 
+def _distinct(texts: Sequence[str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for t in texts:
+        seen.setdefault(normalise(t), t.strip())
+    return list(seen.values())
+
+
+def _gold_boxes(gold: str) -> list[str]:
+    """The gold's boxes, one per value: ``\\boxed{\\frac12}`` … ``\\boxed{0.5}`` is one value, stated twice."""
+    boxes = _distinct(boxed_contents(gold))
+    if len(boxes) < 2:
+        return boxes
+    try:
+        values = [parse_answer(b) for b in boxes]
+    except ParseError:
+        return boxes
+    if all(equivalent(v, values[-1]) and equivalent(values[-1], v) for v in values):
+        return boxes[-1:]
+    return boxes
+
+
 def _gold_text(gold: str) -> str:
-    boxed = boxed_contents(gold)
+    """A gold's answer text; a gold with several different boxes (``\\boxed{2}`` and ``\\boxed{3}``) lists them all."""
+    boxed = _gold_boxes(gold)
+    if len(boxed) > 1:
+        return ", ".join(boxed)
     return (boxed[-1] if boxed else gold).strip()
+
+
+def _lists(gold: Answer) -> bool:
+    """Whether the gold is a list of several values (so ``or``/``and`` in an answer list values, not hedge)."""
+    return isinstance(gold, Collection) and len(gold.items) > 1
+
+
+def _read(text: str, as_choice: bool, lists: bool, decimal_comma: bool = False) -> tuple[Answer, Unit | None]:
+    """Parse an answer (or gold) and split off a known unit. ``decimal_comma`` (a lone ``0,5`` is 0.5) only for
+    answers to a single-number gold: a gold ``0,5`` is the dataset's list notation."""
+    value_text, unit = (text, None) if as_choice else split_unit(text)
+    answer = parse_answer(value_text, as_choice=as_choice, alternatives_as_list=lists, decimal_comma=decimal_comma)
+    return answer, (unit if isinstance(_as_value(answer), Expr) else None)
+
+
+def _parse_gold(text: str) -> tuple[Answer, bool, Unit | None]:
+    as_choice = choice_letter(text) is not None and len(normalise(_TEXT_WRAPPER.sub(r"\1", text))) <= 3
+    answer, unit = _read(text, as_choice, lists=False)
+    return answer, as_choice, unit
 
 
 def parse_gold(gold: str) -> tuple[Answer, bool]:
     """The parsed gold and whether it is a multiple-choice letter. Raises :class:`ParseError`."""
-    text = _gold_text(gold)
-    as_choice = choice_letter(text) is not None and len(normalise(_TEXT_WRAPPER.sub(r"\1", text))) <= 3
-    return parse_answer(text, as_choice=as_choice), as_choice
+    return _parse_gold(_gold_text(gold))[:2]
+
+
+def _in_gold_unit(answer: Answer, unit: Unit | None, gold_unit: Unit | None) -> Answer | None:
+    """The answer's value in the gold's unit; ``None`` if the units differ (``150 m`` is not ``150 km``).
+    Where only one side states a known unit the number is compared as written (see ``UNIT_POLICY``)."""
+    value = _as_value(answer)
+    if unit is None or gold_unit is None or not isinstance(value, Expr):
+        return answer
+    if (unit.dimension, unit.power) != (gold_unit.dimension, gold_unit.power):
+        return None
+    if unit.factor == gold_unit.factor:
+        return answer
+    return Expr(value.value * (unit.factor / gold_unit.factor) ** unit.power)
 
 
 def judge(
@@ -247,18 +422,24 @@ def judge(
     priority: Sequence[Marker] = MARKERS,
     max_answer_chars: int = 1_000,
     decimal_gold: DecimalGold = "rounded",
+    fallback: Fallback | None = None,
 ) -> Score:
     """Score one reply against one gold answer, in-process and without a time limit.
 
     Use :class:`MathVerifier` instead: it runs this under a hard limit."""
     try:
-        gold_answer, as_choice = parse_gold(gold)
+        gold_text = _gold_text(gold)
+        gold_answer, as_choice, gold_unit = _parse_gold(gold_text)
         if decimal_gold == "exact" and isinstance(gold_answer, Expr):
             gold_answer = replace(gold_answer, decimals=None)
     except ParseError as exc:
         return Score.zero(Status.GOLD_ERROR, f"the gold answer {gold[:80]!r} cannot be read: {exc}")
-    gold_text = _gold_text(gold)
+    lists = _lists(gold_answer)
     answers, where = find_answers(completion, priority)
+    if not answers and fallback == "last_math":
+        answers, where = last_math(completion)
+    if len(answers) > 1 and where == "\\boxed{}" and len(_gold_boxes(gold)) > 1:
+        answers, where = [", ".join(_distinct(answers))], "several \\boxed{} (the gold lists several)"
     if not answers:
         return Score.zero(Status.NO_ANSWER, where)
     for text in answers:
@@ -270,16 +451,18 @@ def judge(
     final = answers[-1]
     if not normalise(final):
         return Score.zero(Status.NO_ANSWER, f"empty answer in {where}", extracted=final)
-    if not is_hedged(gold_text) and any(is_hedged(t) for t in answers):
+    if not lists and not is_hedged(gold_text) and any(is_hedged(t) for t in answers):
         return Score.zero(Status.AMBIGUOUS, f"the answer offers alternatives: {final[:80]!r}", extracted=final)
 
+    units: list[Unit | None] = [None] * len(answers)
     if isinstance(gold_answer, Text):
         parsed: list[Answer] = [Text(_plain_text(t)) for t in answers]
     else:
         parsed = []
-        for text in answers:
+        for k, text in enumerate(answers):
             try:
-                parsed.append(parse_answer(text, as_choice=as_choice))
+                answer, units[k] = _read(text, as_choice, lists, decimal_comma=isinstance(gold_answer, Expr))
+                parsed.append(answer)
             except TooLarge as exc:
                 return Score.zero(Status.TIMEOUT, f"refused to build the answer exactly: {exc}", extracted=final)
             except ParseError as exc:
@@ -288,7 +471,12 @@ def judge(
     last = replace(parsed[-1], decimals=None) if isinstance(parsed[-1], Expr) else parsed[-1]
     if any(not equivalent(p, last) for p in parsed[:-1]):  # exact: "1/3, about 0.333" is two answers
         return Score.zero(Status.AMBIGUOUS, f"{len(answers)} different final answers in {where}", extracted=final)
-    if normalise(final) == normalise(gold_text) or equivalent(parsed[-1], gold_answer):
+    in_gold_unit = _in_gold_unit(parsed[-1], units[-1], gold_unit)
+    if in_gold_unit is None:
+        return Score.zero(Status.WRONG, f"{final[:60]!r} is not in the unit of {gold_text[:60]!r}", extracted=final)
+    same_unit = units[-1] is None or gold_unit is None or units[-1] == gold_unit
+    same_text = same_unit and normalise(final) == normalise(gold_text) and not isinstance(gold_answer, ClockTime)
+    if same_text or equivalent(in_gold_unit, gold_answer):  # (normalise drops units and "PM")
         return Score(1.0, Status.CORRECT, f"{final[:60]!r} is equivalent to the gold answer", extracted=final)
     return Score.zero(Status.WRONG, f"{final[:60]!r} is not equivalent to {gold_text[:60]!r}", extracted=final)
 
@@ -317,6 +505,7 @@ class MathVerifier:
     priority: tuple[Marker, ...] = MARKERS
     max_answer_chars: int = 1_000
     decimal_gold: DecimalGold = "rounded"
+    fallback: Fallback | None = None  # "last_math": an unmarked reply's last math expression (evaluation only)
     timeout_s: float = 5.0
     memory_mb: int = 1024
     workers: int = field(default_factory=cpu_count)
@@ -327,12 +516,20 @@ class MathVerifier:
             raise ValueError(f"priority must list answer markers from {MARKERS}, got {self.priority}")
         if self.decimal_gold not in ("rounded", "exact"):
             raise ValueError(f"decimal_gold must be 'rounded' or 'exact', got {self.decimal_gold!r}")
+        if self.fallback not in (None, "last_math"):
+            raise ValueError(f"fallback must be None or 'last_math', got {self.fallback!r}")
         if self.timeout_s <= 0 or self.max_answer_chars < 1 or self.workers < 1:
             raise ValueError("timeout_s must be > 0, max_answer_chars and workers at least 1")
 
     def score(self, completion: str, gold: str) -> Score:
         outcome = _pool(self.workers, self.memory_mb).call(
-            completion, gold, self.priority, self.max_answer_chars, self.decimal_gold, timeout_s=self.timeout_s
+            completion,
+            gold,
+            self.priority,
+            self.max_answer_chars,
+            self.decimal_gold,
+            self.fallback,
+            timeout_s=self.timeout_s,
         )
         if outcome.kind == "ok":
             return outcome.value
