@@ -1008,8 +1008,9 @@ STDIO_EXPLOITS = {
     "edit-and-delete-test-files": Exploit(EDIT_TESTS + "print(-1)\n"),
     "kill-everything": Exploit(KILL_ALL + "print(-1)\n"),
     "background-process-rewrites-results": Exploit(BACKGROUND + "print(-1)\n"),
-    "atexit-prints-the-pass-line": Exploit(
-        "import atexit, sys\natexit.register(lambda: print('3'))\nsys.excepthook = lambda *a: print('42')\nraise SystemExit(0)\n"
+    "atexit-prints-the-pass-line": Exploit(  # atexit runs, as in python: '3' is right for the first case only
+        "import atexit, sys\natexit.register(lambda: print('3'))\nsys.excepthook = lambda *a: print('42')\nraise SystemExit(0)\n",
+        max_passed=1,
     ),
     "monkeypatch-builtins-and-print": Exploit(
         "import builtins\nbuiltins.print = lambda *a, **k: None\nbuiltins.input = lambda *a: '0 0'\nprint(3)\n"
@@ -1241,7 +1242,8 @@ HONEST_HUMANEVAL = {
         "import sys\ndef add(a, b):\n    for i in range(2000):\n        print('debug', i, a, b)\n"
         "    print('FAILED? no, just chatty', file=sys.stderr)\n    return a + b\n"
     ),
-    "recursion-depth-20000": (
+    "recursion-depth-20000": (  # past python's default limit, so it raises the limit itself, as it must in python
+        "import sys\nsys.setrecursionlimit(30000)\n"
         "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\n"
         "def add(a, b):\n    return a + b + depth(20000) - 20000\n"
     ),
@@ -1327,7 +1329,8 @@ MALFORMED_TASKS = {
     "stdio-length-mismatch": {"inputs": ["1", "2"], "outputs": ["1"]},
     "stdio-empty": {"inputs": [], "outputs": []},
     "stdio-not-strings": {"inputs": [{"a": 1}], "outputs": [None]},
-    "apps-call-based": {"input_output": '{"fn_name": "f", "inputs": [[1]], "outputs": [1]}'},
+    "apps-call-inputs-not-argument-lists": {"input_output": '{"fn_name": "f", "inputs": [1], "outputs": [1]}'},
+    "apps-call-bad-fn-name": {"input_output": '{"fn_name": "f()", "inputs": [[1]], "outputs": [1]}'},
     "apps-bad-json": {"input_output": "{not json"},
     "mbpp-empty-test-list": {"test_list": []},
     "mbpp-test-not-python": {"test_list": ["assert (("]},

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -88,7 +91,10 @@ def test_humaneval_check_body_becomes_one_test_per_assert():
         ({"inputs": ["1"], "outputs": []}, "equal length"),
         ({"inputs": "1", "outputs": "1"}, "inputs"),
         ({"input_output": "{not json"}, "input_output"),
-        ({"input_output": {"fn_name": "f", "inputs": [[1]], "outputs": [1]}}, "fn_name"),
+        ({"input_output": {"fn_name": "1f", "inputs": [[1]], "outputs": [1]}}, "fn_name"),
+        ({"input_output": {"fn_name": "f", "inputs": [1], "outputs": [1]}}, "arguments"),
+        ({"format": "stdio", "input_output": {"fn_name": "f", "inputs": [[1]], "outputs": [1]}}, "call"),
+        ({**SUM_STDIO, "recursion_limit": 0}, "recursion_limit"),
         ({"format": "pytest", "test": "def test_x(:"}, "not valid Python"),
     ],
 )
@@ -174,7 +180,7 @@ def test_partial_credit_pays_the_fraction_passed():
 def test_prune_stops_at_the_first_failure():
     with CodeVerifier(workers=1, prune=True, backend="bwrap") as v:
         score = v.score(SUM_STDIO, "print(3)")
-    assert score.components == {"passed": 1.0, "total": 3.0}
+    assert score.components == {"passed": 1.0, "total": 3.0, "hash_seed": 0.0}
     assert "case_1 failed" in score.reason
 
 
@@ -266,7 +272,7 @@ def test_a_value_that_hangs_the_test_side_is_the_solutions_failure_not_infra():
     with CodeVerifier(workers=1, backend="bwrap", limits=Limits(wall_s=1, cpu_s=1)) as v:
         score = v.score(task, "def f(x):\n    return 10**17 if x == 2 else x")
         assert (score.value, score.status) == (0.0, "timeout"), score
-        assert score.components == {"passed": 1.0, "total": 3.0}
+        assert score.components == {"passed": 1.0, "total": 3.0, "hash_seed": 0.0}
         assert v.score(task, "def f(x):\n    return 0 if x == 2 else x").value == 1.0
 
 
@@ -278,6 +284,147 @@ def test_task_setup_errors_are_gold_errors_not_model_failures(verifier):
 def test_score_many_keeps_order(verifier):
     pairs = [(SQUARE_MBPP, "def sq(x): return x*x"), (SQUARE_MBPP, "def sq(x): return x"), (ADD, "    return a+b\n")]
     assert [s.value for s in verifier.score_many(pairs)] == [1.0, 0.0, 1.0]
+
+
+# ---- python's semantics, and the relaxations a score must show ----
+
+DEEP_1500 = "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\n"
+DEEP_ADD = {
+    "prompt": "def deep_add(a, b):\n",
+    "entry_point": "deep_add",
+    "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 5) == 10\n",
+}
+DEEP_STDIO = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+
+
+def test_recursion_past_pythons_limit_fails_unless_the_relaxation_is_asked_for(verifier, tmp_path):
+    function = DEEP_1500 + "def deep_add(a, b):\n    return a + b + depth(1500) - 1500\n"
+    program = DEEP_1500 + "a, b = map(int, input().split())\nprint(a + b + depth(1500) - 1500)\n"
+    for task, solution in ((DEEP_ADD, function), (DEEP_STDIO, program)):
+        default = verifier.score(task, solution)  # dies with RecursionError under a plain `python`: so here
+        assert (default.value, default.status) == (0.0, "wrong"), default
+        assert "RecursionError" in default.reason and "recursion_limit" not in default.components
+        own = verifier.score(task, "import sys\nsys.setrecursionlimit(2000)\n" + solution)  # as in python
+        assert own.value == 1.0 and "recursion_limit" not in own.components, own
+        per_task = verifier.score({**task, "recursion_limit": 2000}, solution)  # a field of the task
+        assert per_task.value == 1.0 and per_task.components["recursion_limit"] == 2000.0, per_task
+        assert "recursion limit 2000, set by the task" in per_task.reason
+    with CodeVerifier(workers=1, backend="bwrap", limits=Limits(recursion=2000)) as relaxed:  # an option
+        for task, solution in ((DEEP_ADD, function), (DEEP_STDIO, program)):
+            score = relaxed.score(task, solution)
+            assert score.value == 1.0 and score.components["recursion_limit"] == 2000.0, score
+            assert "recursion limit 2000, set by the verifier" in score.reason
+    # the same option on the command line
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"task": DEEP_ADD, "completion": function}) + "\n")
+    for extra, reward in (([], 0.0), (["--recursion-limit", "2000"], 1.0)):
+        assert (
+            main(["verify", "code", str(source), "-o", str(out), "--workers", "1", "--backend", "bwrap", *extra]) == 0
+        )
+        row = json.loads(out.read_text())
+        assert row["reward"] == reward and (("recursion limit 2000" in row["reason"]) == bool(extra)), row
+
+
+def test_a_function_gets_the_headroom_it_has_under_python(verifier):
+    deepest = (
+        "def deepest(n=1):\n    try:\n        return deepest(n + 1)\n    except RecursionError:\n        return n\n"
+    )
+    limit = 1000  # CPython's default: called from a module's top level, deepest() reaches 999
+    assert verifier.score({"test_list": [f"assert deepest() == {limit - 1}"]}, deepest).value == 1.0
+    assert verifier.score({"inputs": [""], "outputs": [f"{limit - 1}"]}, deepest + "print(deepest())").value == 1.0
+
+
+def _plain_hash(text: str, seed: str) -> int:
+    """hash(text) in a plain `python` with PYTHONHASHSEED=seed (our own one-liner, not model code)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": seed}
+    done = subprocess.run([sys.executable, "-c", f"print(hash({text!r}))"], capture_output=True, text=True, env=env)
+    return int(done.stdout)
+
+
+def test_the_hash_seed_is_fixed_and_every_score_says_so(verifier):
+    task = {"test_list": [f"assert h() == {_plain_hash('ludus', '0')}"]}
+    solution = "def h():\n    return hash('ludus')\n"
+    score = verifier.score(task, solution)  # graded as under PYTHONHASHSEED=0 python, on any worker
+    assert score.value == 1.0 and score.components["hash_seed"] == 0.0, score
+    with CodeVerifier(workers=1, backend="bwrap", hash_seed=7) as seven:
+        other = seven.score(task, solution)
+        assert other.value == 0.0 and other.components["hash_seed"] == 7.0, other
+        task_7 = {"test_list": [f"assert h() == {_plain_hash('ludus', '7')}"]}
+        assert seven.score(task_7, solution).value == 1.0
+    with pytest.raises(ValueError, match="hash_seed"):
+        CodeVerifier(hash_seed=2**32)
+
+
+def test_stdio_programs_run_as_main_and_function_solutions_do_not(verifier):
+    main_guard = "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\nif __name__ == '__main__':\n    main()\n"
+    assert verifier.score(SUM_STDIO, main_guard).value == 1.0
+    threaded = "import threading\n" + main_guard.replace("    main()", "    threading.Thread(target=main).start()")
+    assert verifier.score(SUM_STDIO, threaded).value == 1.0  # the interpreter waits for it, as python does
+    assert verifier.score(SUM_STDIO, main_guard.replace("__main__", "solution")).value == 0.0
+    # a function solution is imported, not run: its main block stays quiet (as in HumanEval's harness)
+    demo = "def add(a, b):\n    return a + b\n\nif __name__ == '__main__':\n    raise SystemExit(add(input(), 1))\n"
+    assert verifier.score(ADD, demo).value == 1.0
+
+
+# call-based APPS rows, as the data set has them: input_output and solutions are JSON text
+APPS_FUNCTION = {
+    "question": "Return the sum of a list and the list of its prefix sums.",
+    "starter_code": "def sums(xs):\n",
+    "input_output": json.dumps(
+        {"fn_name": "sums", "inputs": [[[1, 2, 3]], [[]], [[5]]], "outputs": [[[6, [1, 3, 6]]], [[0, []]], [[5, [5]]]]}
+    ),
+    "solutions": json.dumps(
+        [
+            "def sums(xs):\n    out, t = [], 0\n    for x in xs:\n        t += x\n        out.append(t)\n    return (t, out)\n"
+        ]
+    ),
+}
+APPS_CLASS = {
+    "question": "Given nums and target, return the indices of the two numbers that add up to target.",
+    "starter_code": "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        ",
+    "input_output": json.dumps(
+        {
+            "fn_name": "twoSum",
+            "inputs": [[[2, 7, 11, 15], 9], [[3, 2, 4], 6], [[3, 3], 6]],
+            "outputs": [[0, 1], [1, 2], [0, 1]],
+        }
+    ),
+}
+TWO_SUM = (
+    "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+    "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+    "                return [seen[target - x], i]\n            seen[x] = i\n"
+)
+COUNT_KEYS = {  # JSON has no integer keys: APPS's dicts come back with int keys
+    "input_output": {"fn_name": "invert", "inputs": [[{"1": "a", "2": "b"}]], "outputs": [{"a": 1, "b": 2}]},
+}
+
+
+def test_call_based_apps_tasks_grade_functions_and_solution_classes(verifier, tmp_path):
+    assert parse_task(APPS_FUNCTION).format == "call" and infer_format(APPS_CLASS) == "call"
+    right_function = json.loads(APPS_FUNCTION["solutions"])[0]
+    cases = [
+        (APPS_FUNCTION, right_function, 1.0),  # a tuple result matches the list APPS's JSON holds
+        (APPS_FUNCTION, right_function.replace("return (t, out)", "return (t, out[:-1])"), 0.0),
+        (APPS_FUNCTION, "def sums(xs):\n    return [sum(xs), xs]\n", 0.0),
+        (APPS_CLASS, TWO_SUM, 1.0),  # List comes from the imports APPS's harness provides
+        (APPS_CLASS, TWO_SUM.replace("[seen[target - x], i]", "[i, seen[target - x]]"), 0.0),
+        (APPS_CLASS, "def twoSum(nums, target):\n    return [0, 1]\n", 0.0),  # right twice out of three
+        (COUNT_KEYS, "def invert(d):\n    return {v: k for k, v in d.items()}\n", 1.0),
+        (COUNT_KEYS, "def invert(d):\n    return {v: str(k) for k, v in d.items()}\n", 0.0),
+    ]
+    for task, solution, reward in cases:
+        score = verifier.score(task, f"```python\n{solution}```")
+        assert score.value == reward, (solution, score)
+    # from a file, as APPS rows come: the prompt shows the starter code; the reference is a solution
+    path = tmp_path / "apps.jsonl"
+    path.write_text(json.dumps(APPS_FUNCTION) + "\n" + json.dumps(APPS_CLASS) + "\n")
+    tasks = load_code_tasks(path)
+    assert [t.info["format"] for t in tasks.rows()] == ["call", "call"]
+    assert "def twoSum(self" in tasks.get(1).prompt
+    env = CodeEnv(path=str(path), eval_path=str(path), workers=1, backend="bwrap")
+    reference = env.reference(tasks.get(0))
+    assert reference is not None and env.score(tasks.get(0), reference).value == 1.0
 
 
 # ---- loaders, environments, CLI ----

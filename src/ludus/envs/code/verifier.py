@@ -7,6 +7,10 @@ Formats (a task is a mapping; ``format`` names it, else it is inferred from the 
 * ``mbpp`` — ``test_list`` of assert statements; optional ``test_setup_code``, ``test_imports``.
 * ``stdio`` — ``inputs`` and ``outputs`` (lists of strings), or APPS's ``input_output`` JSON;
   each pair is one run of the program with that stdin.
+* ``call`` — call-based APPS tasks: ``input_output`` JSON (or the row itself) with ``fn_name``,
+  ``inputs`` (each the list of one call's arguments) and ``outputs``; the solution's function, or
+  that method of a fresh ``Solution()``, is called once per input and its result compared as
+  APPS compares it.
 * ``pytest`` — ``test`` is a pytest file that imports the solution as module ``module``
   (default ``solution``).
 
@@ -21,12 +25,21 @@ How grading resists tricks (the red-team suite in tests/ tries each one):
   exit code. Exiting early (``sys.exit``, ``os._exit``) or crashing just fails the tests left.
 * Every expected test must report ``passed``; skipped, xfail, missing, crashed or timed-out
   tests count as failed. A sandbox failure is ``infra_error`` (masked in training), never 0 or 1.
+
+Semantics are a plain ``python main.py``'s (see ``ludus.sandbox.inside``): the interpreter's
+default recursion limit and an 8 MiB C stack, ``__name__ == "__main__"`` for stdin/stdout
+programs. One difference is fixed on purpose: the hash seed (``hash_seed``, default 0, i.e.
+``PYTHONHASHSEED=0``), so a score never depends on which worker ran the code; every score
+records it in ``components["hash_seed"]``. A deeper recursion limit is a relaxation, asked for
+by the verifier's ``limits.recursion`` or a task's ``recursion_limit`` field, and recorded in
+the score (``components["recursion_limit"]`` and its reason).
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import functools
 import hashlib
 import json
@@ -48,8 +61,8 @@ from ludus.sandbox import Execution, Limits, Sandbox, WorkerSpec
 from ludus.sandbox.inside import recv_frame
 from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, REPLY_GRACE_S, shipped
 
-Format = Literal["humaneval", "mbpp", "stdio", "pytest"]
-FORMATS: tuple[Format, ...] = ("humaneval", "mbpp", "stdio", "pytest")
+Format = Literal["humaneval", "mbpp", "stdio", "call", "pytest"]
+FORMATS: tuple[Format, ...] = ("humaneval", "mbpp", "stdio", "call", "pytest")
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 FLOAT_TOLERANCE = 1e-6  # stdio: numeric tokens equal within this absolute or relative difference
 
@@ -77,6 +90,8 @@ class CodeTask:
     entry_point: str | None = None
     test_file: str = ""  # pytest
     module: str = "solution"
+    solution_class: str | None = None  # call: the class whose method is called, if the solution defines it
+    recursion: int | None = None  # the task's own recursion limit (a relaxation), else python's default
 
     @property
     def test_ids(self) -> list[str]:
@@ -96,14 +111,32 @@ def infer_format(row: Mapping[str, Any]) -> Format:
         return "humaneval"
     if "test_list" in row:
         return "mbpp"
+    if "fn_name" in row:
+        return "call"
+    if "input_output" in row:
+        spec = _apps_spec(row)
+        if isinstance(spec, Mapping) and spec.get("fn_name"):
+            return "call"
     if ("inputs" in row and "outputs" in row) or "input_output" in row:
         return "stdio"
     if isinstance(row.get("test"), str) and re.search(r"^\s*def test_", row["test"], re.M):
         return "pytest"
     raise TaskFormatError(
         "cannot tell the task's format: expected 'entry_point'+'test' (humaneval), 'test_list' (mbpp), "
-        "'inputs'+'outputs' or 'input_output' (stdio), or a pytest file in 'test'; or name it in 'format'"
+        "'inputs'+'outputs' or 'input_output' (stdio), 'fn_name' in 'input_output' (call), or a pytest file "
+        "in 'test'; or name it in 'format'"
     )
+
+
+def _apps_spec(row: Mapping[str, Any]) -> Any:
+    """APPS's ``input_output`` field, decoded (APPS keeps it as a JSON string); None if absent or not JSON."""
+    spec = row.get("input_output")
+    if isinstance(spec, str):
+        try:
+            return json.loads(spec)
+        except ValueError:
+            return None
+    return spec
 
 
 def _field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -116,11 +149,24 @@ def _field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> 
 
 
 def parse_task(row: Mapping[str, Any] | CodeTask) -> CodeTask:
-    """A ``CodeTask`` from a row of any of the four formats. Raises ``TaskFormatError``."""
+    """A ``CodeTask`` from a row of any of the five formats. Raises ``TaskFormatError``.
+
+    Any format may carry ``recursion_limit``: the solution then runs with that recursion limit
+    instead of python's default (a relaxation, recorded in its score)."""
     if isinstance(row, CodeTask):
         return row
     if not isinstance(row, Mapping):
         raise TaskFormatError(f"a task must be a JSON object, got {type(row).__name__}")
+    task = _parse_format(row)
+    recursion = row.get("recursion_limit")
+    if recursion is None:
+        return task
+    if not isinstance(recursion, int) or isinstance(recursion, bool) or not 1 <= recursion <= 10_000_000:
+        raise TaskFormatError(f"field 'recursion_limit' must be an integer from 1 to 10,000,000, got {recursion!r}")
+    return replace(task, recursion=recursion)
+
+
+def _parse_format(row: Mapping[str, Any]) -> CodeTask:
     fmt = infer_format(row)
     if fmt == "humaneval":
         return _humaneval(row)
@@ -139,6 +185,8 @@ def parse_task(row: Mapping[str, Any] | CodeTask) -> CodeTask:
             TestCase(f"case_{i}", stdin=a, expected=b) for i, (a, b) in enumerate(zip(inputs, outputs, strict=True))
         )
         return CodeTask("stdio", cases)
+    if fmt == "call":
+        return _call_based(row)
     test_file = _field(row, "test", str)
     _compiles(test_file, "test")
     module = row.get("module", "solution")
@@ -165,7 +213,7 @@ def _stdio_pairs(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         if not isinstance(spec, Mapping):
             raise TaskFormatError("field 'input_output' must hold an object with 'inputs' and 'outputs'")
         if spec.get("fn_name"):
-            raise TaskFormatError("call-based APPS tasks ('fn_name') are not supported; use stdin/stdout tasks")
+            raise TaskFormatError("'input_output' has 'fn_name': a call-based task, whose format is 'call'")
         row = spec
     inputs, outputs = _field(row, "inputs", list), _field(row, "outputs", list)
     if not inputs or len(inputs) != len(outputs):
@@ -179,6 +227,77 @@ def _stdio_pairs(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     if any(x is None for xs in as_text for x in xs):
         raise TaskFormatError("'inputs' and 'outputs' must be strings (or lists of lines)")
     return as_text[0], as_text[1]
+
+
+# call-based APPS: how APPS's own harness compares a call's result with the expected output.
+# JSON cannot carry tuples or integer dict keys: a tuple result counts as a list, a list of
+# tuples as a list of lists, and dict keys in the data that read as integers are taken as such
+# (in the first argument and in the output, as APPS does). APPS's outputs are usually wrapped in
+# a one-item list, so a result also matches the first item of an expected list.
+CALL_CHECK = """
+import json as _ludus_json
+
+
+def _ludus_int_keys(value):
+    if isinstance(value, dict):
+        try:
+            return {int(k): v for k, v in value.items()}
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def _ludus_call_case(candidate, args_json, expected_json):
+    args, expected = _ludus_json.loads(args_json), _ludus_json.loads(expected_json)
+    if args and isinstance(args[0], dict):
+        args = [_ludus_int_keys(args[0]), *args[1:]]
+    if isinstance(expected, dict):
+        expected = [_ludus_int_keys(expected)]
+    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        expected = [_ludus_int_keys(expected[0]), *expected[1:]]
+    output = candidate(*args)
+    if isinstance(output, tuple):
+        output = list(output)
+    ok = output == expected or (isinstance(expected, list) and len(expected) > 0 and output == expected[0])
+    if not ok and isinstance(output, list) and output and isinstance(output[0], tuple):
+        ok = isinstance(expected, list) and len(expected) > 0 and [list(x) for x in output] == expected[0]
+    assert ok, f"expected {expected_json[:80]}, got {output!r:.80}"
+"""
+# What APPS's harness (and LeetCode) has imported before a call-based solution runs: starter
+# code such as ``def twoSum(self, nums: List[int]) -> List[int]`` needs ``List`` to exist.
+CALL_HEADER = (
+    "import sys, math, heapq, bisect, itertools, collections, functools, string, re\n"
+    "from typing import *\n"
+    "from collections import *\n"
+    "from itertools import *\n"
+    "from functools import *\n"
+    "from heapq import *\n"
+    "from bisect import *\n"
+    "from math import sqrt, ceil, floor, gcd, log, log2, exp, fabs, sin, cos, tan, inf\n"
+)
+
+
+def _call_based(row: Mapping[str, Any]) -> CodeTask:
+    spec = row
+    if "input_output" in row:
+        spec = _apps_spec(row)
+        if not isinstance(spec, Mapping):
+            raise TaskFormatError("field 'input_output' must hold a JSON object with 'fn_name', 'inputs', 'outputs'")
+    fn_name = spec.get("fn_name")
+    if not isinstance(fn_name, str) or not fn_name.isidentifier():
+        raise TaskFormatError(f"field 'fn_name' must be a function name, got {fn_name!r}")
+    inputs, outputs = _field(spec, "inputs", list), _field(spec, "outputs", list)
+    if not inputs or len(inputs) != len(outputs):
+        raise TaskFormatError(
+            f"'inputs' and 'outputs' must be non-empty and of equal length ({len(inputs)} vs {len(outputs)})"
+        )
+    tests = []
+    for i, (args, expected) in enumerate(zip(inputs, outputs, strict=True)):
+        if not isinstance(args, list):
+            raise TaskFormatError(f"'inputs'[{i}] must be the list of one call's arguments, got {type(args).__name__}")
+        call = f"_ludus_call_case(candidate, {json.dumps(args)!r}, {json.dumps(expected)!r})"
+        tests.append(TestCase(f"case_{i}", code=call))
+    return CodeTask("call", tuple(tests), setup=CALL_CHECK, entry_point=fn_name, solution_class="Solution")
 
 
 def _mentions(node: ast.AST, name: str) -> bool:
@@ -296,7 +415,10 @@ def extract_code(completion: str) -> str | None:
 
 
 def solution_program(task: CodeTask, code: str) -> str:
-    """HumanEval completions either repeat the function or continue the prompt's body."""
+    """HumanEval completions either repeat the function or continue the prompt's body; call-based
+    solutions get the imports APPS's harness gives them."""
+    if task.format == "call":
+        return CALL_HEADER + code
     if task.format != "humaneval":
         return code
     defines = re.search(rf"^\s*(async\s+)?def\s+{re.escape(task.entry_point or '')}\s*\(", code, re.M)
@@ -336,6 +458,11 @@ class CodeVerifier:
     identical (task, completion) pairs are answered from a cache of ``cache_size`` entries.
     ``limits`` bound the solution's process (all its tests together); ``test_timeout_s``
     bounds each call into it.
+
+    Code runs as under a plain ``python`` (see the module's docstring): ``limits.recursion``
+    (or a task's ``recursion_limit``) raises the recursion limit above python's default, and
+    the score says so; ``hash_seed`` is the fixed ``PYTHONHASHSEED`` of every execution
+    (``None``: one drawn per sandbox worker), recorded in ``components["hash_seed"]``.
     """
 
     partial_credit: bool = False
@@ -347,8 +474,10 @@ class CodeVerifier:
     test_timeout_s: float = 5.0
     workers: int | None = None
     backend: Literal["auto", "bwrap", "process"] = "auto"
+    hash_seed: int | None = 0
 
     def __post_init__(self) -> None:
+        WorkerSpec(hash_seed=self.hash_seed)  # checks it now, not when the first pool starts
         self._cache: OrderedDict[str, Score] = OrderedDict()
         self._lock = threading.Lock()
         self._rng = random.Random(self.seed)
@@ -360,14 +489,29 @@ class CodeVerifier:
         """The solutions' pool and a test-runner pool (one that has pytest loaded, if asked)."""
         with self._lock:
             if self._candidates is None:
-                self._candidates = Sandbox(self.limits, workers=self.workers, backend_name=self.backend)
+                self._candidates = Sandbox(
+                    self.limits,
+                    workers=self.workers,
+                    backend_name=self.backend,
+                    spec=WorkerSpec(hash_seed=self.hash_seed),
+                )
             key = "pytest" if pytest else "statements"
             if key not in self._harness:
                 warm = (*DEFAULT_WARM_IMPORTS, "pytest") if pytest else DEFAULT_WARM_IMPORTS
-                spec = WorkerSpec(modules=(shipped("ludus_code_harness", HARNESS),), warm_imports=warm)
+                spec = WorkerSpec(
+                    modules=(shipped("ludus_code_harness", HARNESS),), warm_imports=warm, hash_seed=self.hash_seed
+                )
                 limits = replace(self.limits, wall_s=self.limits.wall_s + 10, cpu_s=self.limits.cpu_s + 10)
                 self._harness[key] = Sandbox(limits, workers=self.workers, backend_name=self.backend, spec=spec)
             return self._candidates, self._harness[key]
+
+    def warm(self, pytest: bool = False) -> None:
+        """Start every sandbox worker now (the solutions' pool and a test-runner pool, with
+        pytest if asked), all at once, rather than each on its first use."""
+        pools = self._pools(pytest)
+        with ThreadPoolExecutor(len(pools)) as pool:
+            for future in [pool.submit(p.warm) for p in pools]:
+                future.result()
 
     def close(self) -> None:
         for pool in (self._candidates, *self._harness.values()):
@@ -423,16 +567,29 @@ class CodeVerifier:
         return ordered
 
     def _grade(self, task: CodeTask, program: str) -> Score:
-        if task.format == "stdio":
-            return self._grade_stdio(task, program)
-        return self._grade_calls(task, program)
+        score = self._grade_stdio(task, program) if task.format == "stdio" else self._grade_calls(task, program)
+        if score.status == Status.INFRA_ERROR:
+            return score
+        components = dict(score.components)
+        if self.hash_seed is not None:
+            components["hash_seed"] = float(self.hash_seed)
+        reason = score.reason
+        recursion = task.recursion or self.limits.recursion
+        if recursion is not None:  # a relaxation of python's semantics: the score must show it
+            components["recursion_limit"] = float(recursion)
+            who = "the task" if task.recursion else "the verifier"
+            reason = f"{reason} [recursion limit {recursion}, set by {who}; python's default applies otherwise]"
+        return Score(score.value, score.status, reason, components, score.extracted)
+
+    def _solution_limits(self, task: CodeTask) -> Limits:
+        return self.limits if task.recursion is None else replace(self.limits, recursion=task.recursion)
 
     # stdin/stdout: one fresh execution per case; the comparison happens here, on the host
     def _grade_stdio(self, task: CodeTask, program: str) -> Score:
         candidates, _ = self._pools()
         outcomes: dict[str, tuple[str, str]] = {}
         for case in self._order(task.tests):
-            run = candidates.run(program, stdin=case.stdin)
+            run = candidates.run(program, stdin=case.stdin, limits=self._solution_limits(task))
             if run.status == "infra_error":
                 return Score.zero(Status.INFRA_ERROR, f"{case.id}: {run.reason}")
             outcomes[case.id] = _judge_run(run, case.expected)
@@ -448,8 +605,9 @@ class CodeVerifier:
             "runner": "pytest" if task.format == "pytest" else "statements",
             "tests": [{"id": t.id, "code": t.code} for t in ordered],
             "setup": task.setup,
-            "bind": {"candidate": task.entry_point} if task.entry_point else {},
+            "bind": _bindings(task),
             "bind_by_name": task.format == "mbpp",
+            "solution_class": task.solution_class,
             "test_file": task.test_file,
             "module": task.module,
             "prune": self.prune,
@@ -460,7 +618,13 @@ class CodeVerifier:
         solution_end, tests_end = socket.socketpair()
         results_host, results_harness = socket.socketpair()
         try:
-            solution = candidates.start(program, serve=True, pass_fds=[solution_end.fileno()], module_name=task.module)
+            solution = candidates.start(
+                program,
+                serve=True,
+                pass_fds=[solution_end.fileno()],
+                module_name=task.module,
+                limits=self._solution_limits(task),
+            )
             tests = harness.start(
                 call="ludus_code_harness:run",
                 trusted=True,
@@ -553,6 +717,17 @@ class CodeVerifier:
             return Score(passed / total, Status.PARTIAL, reason[:1000], components)
         status = Status.TIMEOUT if outcome == "timeout" else Status.WRONG
         return Score(0.0, status, reason[:1000], components)
+
+
+def _bindings(task: CodeTask) -> dict[str, str]:
+    """The names the tests call the solution by: ``candidate``, and for HumanEval the entry point's
+    own name too (HumanEval/33's test calls ``sort_third`` directly) unless it is a builtin's."""
+    if not task.entry_point:
+        return {}
+    names = {"candidate": task.entry_point}
+    if task.format == "humaneval" and not hasattr(builtins, task.entry_point):
+        names[task.entry_point] = task.entry_point
+    return names
 
 
 def _judge_run(run: Execution, expected: str) -> tuple[str, str]:
