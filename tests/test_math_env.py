@@ -124,3 +124,10 @@ def test_ludus_verify_math_cli(tmp_path):
     assert "skipped line 2" in done.stderr and "correct" in done.stderr
     missing = subprocess.run([*cmd[:5], str(tmp_path / "nope.jsonl")], capture_output=True, text=True)
     assert missing.returncode == 2 and "not found" in missing.stderr
+    # free-form replies: no marker is no_answer, unless the evaluation asks for the last expression
+    source.write_text(json.dumps({"reply": "So the total comes to $x = 12$ apples.", "answer": "12"}))
+    flags = ["--completion-field", "reply", "--gold-field", "answer"]
+    for extra, status in (([], "no_answer"), (["--fallback", "last_math"], "correct")):
+        done = subprocess.run([*cmd, *flags, *extra], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(out.read_text())["status"] == status

@@ -356,6 +356,44 @@ def test_final_answer_extraction(completion, status):
     assert judge(completion, "3").status == status
 
 
+@pytest.mark.parametrize(
+    ("completion", "gold", "status"),
+    [
+        # a \text{} wrapper is formatting, on either side (NVIDIA/NeMo-Skills tests/test_math_equal.py)
+        (r"\boxed{\text{odd}}", "odd", CORRECT),
+        (r"\boxed{odd}", r"\text{odd}", CORRECT),
+        (r"\boxed{\text{oddd}}", "odd", WRONG),
+        # a prime is part of a name: f' is one symbol
+        (r"\boxed{f'}", "f'", CORRECT),
+        (r"\boxed{f''}", "f'", WRONG),
+        (r"\boxed{f}", "f'", WRONG),
+        # a stray trailing backslash or line break is not math
+        ("Answer: 185\\", "185", CORRECT),
+        (r"\boxed{185}", "185\\\\", CORRECT),
+        (r"\boxed{186}", "185\\", WRONG),
+        # one matrix in parentheses is that matrix (Qwen2.5-Math grader case list)
+        (r"\boxed{\begin{pmatrix}1&2\\3&4\end{pmatrix}}", r"(\begin{pmatrix}1&2\\3&4\\\end{pmatrix})", CORRECT),
+        (r"\boxed{\begin{pmatrix}1&2\\3&5\end{pmatrix}}", r"(\begin{pmatrix}1&2\\3&4\end{pmatrix})", WRONG),
+        # a gold naming an option with its content: the answer must name the option
+        (r"\boxed{C}", "C. x = 42", CORRECT),
+        (r"\boxed{(C)}", "(C) 42", CORRECT),
+        (r"\boxed{B}", "C. x = 42", WRONG),
+        (r"\boxed{A}", "(A) and (C)", WRONG),  # two options named: never read as one
+    ],
+)
+def test_notation_from_other_graders_suites(completion, gold, status):
+    assert judge(completion, gold).status == status
+
+
+def test_an_option_letter_inside_arithmetic_is_not_a_choice():
+    """NeMo-Skills: ``\\mathrm{E}*2`` is not the option E; naming it with its content still is."""
+    assert judge(r"\boxed{\mathrm{E}*2}", "E").status == Status.FORMAT_ERROR
+    assert judge(r"\boxed{2E}", "E").status == Status.FORMAT_ERROR
+    assert judge(r"\boxed{\mathrm{E}}", "E").status == CORRECT
+    assert judge(r"\boxed{\textbf{(E)}\ 42}", "E").status == CORRECT
+    assert judge(r"\boxed{\mathrm{(D) }1,008,016}", "D").status == CORRECT
+
+
 def test_decimal_golds_can_be_read_as_exact():
     assert judge(boxed("12.54"), "12.5").status == CORRECT  # the documented price of the default
     assert judge(boxed("12.54"), "12.5", decimal_gold="exact").status == WRONG
@@ -553,3 +591,12 @@ def test_exact_equivalence_is_symmetric_and_reflexive(a, b):
 def test_the_guarded_verifier_always_returns_a_score(completion):
     score = MathVerifier(workers=1, timeout_s=5).score(completion, "3")
     assert score.status in set(Status) - {Status.INFRA_ERROR}
+
+
+def test_an_escaped_dollar_inside_inline_math_is_money_not_its_end():
+    """Minerva's "The final answer is $\\$18.90$." (lm-evaluation-harness's few-shot format)."""
+    verifier = MathVerifier()
+    reply = "Final Answer: The final answer is $\\$18.90$. I hope it is correct."
+    assert verifier.score(reply, "18.90").status == Status.CORRECT
+    assert verifier.score(reply, "19").status == Status.WRONG
+    assert verifier.score("It costs \\$5 and \\$6, so the answer is $11$.", "11").status == Status.CORRECT

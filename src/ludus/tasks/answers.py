@@ -32,8 +32,9 @@ _ANSWER_LINE = re.compile(
     r"|\b(?:the[ \t]+)?(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*(.*?)[ \t]*$",  # "The final answer is 5."
     re.M | re.I,
 )
-_LEADING_MATH = re.compile(r"^(?:\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\])", re.S)  # $5$, \(5\), \[5\]
-_MATH_SPANS = re.compile(r"\$\$(.+?)\$\$|\$([^$]+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+# $5$, \(5\), \[5\]; an escaped dollar (\$) inside is money, not the end of the math: $\$18.90$
+_LEADING_MATH = re.compile(r"^(?:\$+((?:\\\$|[^$])+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\])", re.S)
+_MATH_SPANS = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$((?:\\\$|[^$])+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _LAST_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:/\d+)?")
 
 

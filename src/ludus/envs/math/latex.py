@@ -294,6 +294,7 @@ _DROP = re.compile(
 )
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])")
 _PERCENT = re.compile(r"\\?%")
+_TRAILING_BACKSLASH = re.compile(r"\\+\s*$")
 _DOLLAR = re.compile(r"\\\$|\$")
 _FRAC_VARIANTS = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # a thousands group is exactly three digits, the first group has no leading zero ("0,111" is a decimal
@@ -389,6 +390,7 @@ def normalise(text: str, *, decimal_comma: bool = True) -> str:
     text = _DEGREES.sub("", text)
     text = _PERCENT.sub("", text)
     text = _DOLLAR.sub("", text)
+    text = _TRAILING_BACKSLASH.sub("", text)  # "185\\" or "185\\\\": a stray backslash or line break, not math
     text = _FRAC_VARIANTS.sub(r"\\frac", text)
     text = _EMPTY_SET.sub(r"\\emptyset ", text)
     text = _OVERLINE.sub(lambda m: _repeating(m.group(1), m.group(2), m.group(3) or m.group(4)), text)
@@ -758,6 +760,12 @@ class _Parser:
                 value *= _symbol(ch)
             return value
         name = text + self.subscript()
+        primes = 0
+        while self.at("'"):  # f', y'': a derivative's name, one symbol
+            self.take()
+            primes += 1
+        if primes:
+            return sympy.Symbol(name + "'" * primes)
         return sympy.Symbol(name) if name in self.bound else _symbol(name)
 
     def command(self) -> sympy.Expr:
@@ -890,6 +898,9 @@ def _expression(tokens: list[Token]) -> sympy.Expr:
 _CHOICE = re.compile(r"^\(?([A-E])\)?(?:\s.*)?$|^\\textbf\{\s*\(?([A-E])\)?\s*\}.*$")
 _MATRIX = re.compile(r"^\\begin\{([pbvBV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}$", re.S)
 _PLAIN_WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*$")
+_LETTER_IN_ARITHMETIC = re.compile(
+    r"(?<![A-Za-z\\])[A-E](?![A-Za-z])\s*(?:[*^/+=_]|\\cdot|\\times)|(?:[*^/+=\d]|\\cdot|\\times)\s*[A-E](?![A-Za-z])"
+)
 
 
 def split_top_level(text: str, separators: tuple[str, ...]) -> list[str]:
@@ -1049,10 +1060,14 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         letters = choice_letters(text)
         if len(letters) != 1:
             raise ParseError(f"expected one option letter, found {letters or 'none'}")
+        if _LETTER_IN_ARITHMETIC.search(_TEXT.sub(lambda m: m.group(1), text)):
+            raise ParseError("an option letter used as a quantity (2E, E*2), not named")
         return Choice(letters[0])
     if text == r"\emptyset":
         return Collection(())
     matrix = _MATRIX.match(text)
+    if matrix is None and text.startswith("(") and text.endswith(")") and text.count(r"\begin{") == 1:
+        matrix = _MATRIX.match(text[1:-1].strip())  # (\begin{pmatrix}…\end{pmatrix}): one matrix in parentheses
     if matrix:
         rows = [r for r in re.split(r"\\\\", matrix.group(2)) if r.strip()]
         return Matrix(tuple(tuple(sub(cell) for cell in row.split("&")) for row in rows))

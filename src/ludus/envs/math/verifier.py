@@ -29,13 +29,13 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
   ``x \\in [0, 1)``) are dropped where the gold has none and must match where it has one;
   ``x = 5 + 6 = 11`` is its last member; ``\\frac{10}{3} \\approx 3.33`` is its exact part, a
   bare ``\\approx 3.14`` a decimal correct to its last digit; ``0.\\overline{3}``, ``7\\frac34``,
-  ``204_5``, ``\\emptyset``, ``1,000.99``, ``0,111`` and ``12:00`` (a time, never a ratio) are what
-  they say. docs/math.md lists every rule.
+  ``204_5``, ``\\emptyset``, ``1,000.99``, ``0,111``, ``f'`` and ``12:00`` (a time, never a ratio) are what
+  they say; a ``\\text{}`` wrapper and a stray trailing backslash are formatting. docs/math.md lists every rule.
 * **Structure is kept**: ordered tuples stay ordered; ``\\{…\\}`` and bare lists of all
   solutions compare as sets (a subset is wrong); interval brackets matter; matrices compare
   by shape and entries; an equation matches only an equivalent equation (``y=2x+1`` =
   ``2x-y+1=0``; ``x = 5`` and ``5`` match each other); inequalities keep their strictness;
-  multiple-choice golds accept exactly one letter.
+  multiple-choice golds accept exactly one letter (``E*2`` names none; a gold ``C. x = 42`` is option C).
 * **Bounded**: parsing and comparison run in a worker process (:mod:`ludus.envs.math.guard`)
   with a time and memory limit; exceeding it is ``timeout``, as is a number too large to
   build exactly. A gold that cannot be parsed is ``gold_error`` and never pays.
@@ -350,6 +350,11 @@ def _plain_text(text: str) -> str:
     return _TEXT_WRAPPER.sub(r"\1", normalise(text)).lower().replace(" ", "").strip(".")
 
 
+def _unwrapped(text: str) -> str:
+    """The text without ``\\text{}``-style wrappers and spaces, case kept: ``\\text{odd}`` is ``odd``."""
+    return _TEXT_WRAPPER.sub(r"\1", normalise(text)).replace(" ", "").strip(".")
+
+
 def _distinct(texts: Sequence[str]) -> list[str]:
     seen: dict[str, str] = {}
     for t in texts:
@@ -392,7 +397,15 @@ def _read(text: str, as_choice: bool, lists: bool, decimal_comma: bool = False) 
     return answer, (unit if isinstance(_as_value(answer), Expr) else None)
 
 
+_OPTION_WITH_CONTENT = re.compile(r"^\s*(?:\(([A-E])\)|([A-E])[.)])\s+\S")  # "C. x = 42", "(C) 42", "C) 42"
+_ANOTHER_OPTION = re.compile(r"\(\s*[A-E]\s*\)|(?<![A-Za-z\\])[A-E][.)](?:\s|$)|(?<![A-Za-z])(?:and|or)(?![A-Za-z])")
+
+
 def _parse_gold(text: str) -> tuple[Answer, bool, Unit | None]:
+    option = _OPTION_WITH_CONTENT.match(text)
+    if option and not _ANOTHER_OPTION.search(text[option.end() - 1 :]):
+        # the gold names one option and quotes its content: the answer must name the option
+        return Choice(option.group(1) or option.group(2)), True, None
     as_choice = choice_letter(text) is not None and len(normalise(_TEXT_WRAPPER.sub(r"\1", text))) <= 3
     answer, unit = _read(text, as_choice, lists=False)
     return answer, as_choice, unit
@@ -475,7 +488,11 @@ def judge(
     if in_gold_unit is None:
         return Score.zero(Status.WRONG, f"{final[:60]!r} is not in the unit of {gold_text[:60]!r}", extracted=final)
     same_unit = units[-1] is None or gold_unit is None or units[-1] == gold_unit
-    same_text = same_unit and normalise(final) == normalise(gold_text) and not isinstance(gold_answer, ClockTime)
+    same_text = (
+        same_unit
+        and (normalise(final) == normalise(gold_text) or _unwrapped(final) == _unwrapped(gold_text))
+        and not isinstance(gold_answer, ClockTime)
+    )
     if same_text or equivalent(in_gold_unit, gold_answer):  # (normalise drops units and "PM")
         return Score(1.0, Status.CORRECT, f"{final[:60]!r} is equivalent to the gold answer", extracted=final)
     return Score.zero(Status.WRONG, f"{final[:60]!r} is not equivalent to {gold_text[:60]!r}", extracted=final)
