@@ -7,6 +7,7 @@ before training starts, with an error naming the file, the line (or row) and the
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -81,19 +82,25 @@ class FileTasks:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskFileError(
-                    path,
-                    f"invalid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object",
-                    where=f"line {number}",
-                ) from exc
-            yield f"line {number}", row
+    packed = path.suffix.lower() == ".gz"  # .jsonl.gz: HumanEval's own form
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") if packed else path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskFileError(
+                        path,
+                        f"invalid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object",
+                        where=f"line {number}",
+                    ) from exc
+                yield f"line {number}", row
+    except (OSError, EOFError) as exc:
+        if not packed:
+            raise
+        raise TaskFileError(path, f"cannot be read as gzip-compressed JSON Lines ({exc})") from exc
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
@@ -109,7 +116,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
         yield f"row {number}", row
 
 
-_READERS = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
+_READERS = {".jsonl": _jsonl_rows, ".jsonl.gz": _jsonl_rows, ".parquet": _parquet_rows}
 
 
 def split_files(
@@ -167,11 +174,13 @@ def hold_out(tasks: FileTasks, eval_fraction: float) -> tuple[FileTasks, FileTas
 
 
 def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
-    """(where, row) for every row of a ``.jsonl`` or ``.parquet`` file; ``where`` is "line 3" or "row 3"."""
+    """(where, row) for every row of a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file; ``where`` is
+    "line 3" or "row 3"."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"task file not found: {path}")
-    reader = _READERS.get(path.suffix.lower())
+    name = path.name.lower()
+    reader = next((read for suffix, read in _READERS.items() if name.endswith(suffix)), None)
     if reader is None:
         raise TaskFileError(path, f"unsupported file type {path.suffix!r}; use one of {', '.join(_READERS)}")
     return reader(path)

@@ -9,11 +9,10 @@ it); it is never shown to the model. The model sees ``prompt``, built per format
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,34 +77,6 @@ def code_prompt(row: dict[str, Any], fmt: Format, prompt_field: str | None = Non
     return text
 
 
-def _rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """(where, row) of a ``.jsonl``, ``.jsonl.gz`` (HumanEval's own form) or ``.parquet`` file."""
-    if path.name.lower().endswith(".jsonl.gz"):
-        if not path.is_file():
-            raise FileNotFoundError(f"task file not found: {path}")
-        return _gzip_jsonl_rows(path)
-    return read_rows(path)
-
-
-def _gzip_jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TaskFileError(
-                        path,
-                        f"invalid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object",
-                        where=f"line {number}",
-                    ) from exc
-                yield f"line {number}", row
-    except (OSError, EOFError) as exc:  # not gzip data, or cut short
-        raise TaskFileError(path, f"cannot be read as gzip-compressed JSON Lines ({exc})") from exc
-
-
 def load_code_tasks(
     path: str | Path,
     *,
@@ -120,7 +91,7 @@ def load_code_tasks(
     (default: inferred per row)."""
     path = code_source(path)
     tasks: list[Task] = []
-    for where, row in _rows(path):
+    for where, row in read_rows(path):
         if not isinstance(row, dict):
             raise TaskFileError(path, f"is a JSON {type(row).__name__}, expected an object", where=where)
         row = {"format": format, **row} if format and "format" not in row else row
