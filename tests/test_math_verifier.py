@@ -600,3 +600,17 @@ def test_an_escaped_dollar_inside_inline_math_is_money_not_its_end():
     assert verifier.score(reply, "18.90").status == Status.CORRECT
     assert verifier.score(reply, "19").status == Status.WRONG
     assert verifier.score("It costs \\$5 and \\$6, so the answer is $11$.", "11").status == Status.CORRECT
+
+
+@pytest.mark.parametrize(
+    ("reply", "gold", "status"),
+    [
+        (r"\boxed{x \in \mathbb{R}}", r"\mathbb{R}", Status.CORRECT),
+        (r"\boxed{(-\infty, \infty)}", r"\mathbb{R}", Status.CORRECT),
+        (r"\boxed{ℝ}", r"\mathbb R", Status.CORRECT),
+        (r"\boxed{(0, \infty)}", r"\mathbb{R}", Status.WRONG),
+        (r"\boxed{\mathbb{R}}", r"[0, \infty)", Status.WRONG),
+    ],
+)
+def test_the_reals_are_the_interval_of_every_real_number(reply, gold, status):
+    assert MathVerifier().score(reply, gold).status == status

@@ -306,6 +306,7 @@ _TRAILING_TEXT = re.compile(
     r"(?<=\S)\s*\\(?:text|mbox|textrm|textnormal|textbf|textit|mathrm)\s*\{\s*~?\s*[A-Za-z][A-Za-z ./]*\}"
     r"(?:\^\{?[23]\}?)?\s*$"
 )
+_REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?(?![a-zA-Z])|\u211d")  # \mathbb{R}, ℝ: every real number
 _EMPTY_SET = re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{(?:\s|\\[,;:! ]|~)*\\\}|\\O(?![a-zA-Z])")
 _OVERLINE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,100})\}|(\d))")
 _PAREN_REPEAT = re.compile(r"(?<![\d.])(\d+)\.(\d*)\((\d{1,100})\)")
@@ -393,6 +394,7 @@ def normalise(text: str, *, decimal_comma: bool = True) -> str:
     text = _TRAILING_BACKSLASH.sub("", text)  # "185\\" or "185\\\\": a stray backslash or line break, not math
     text = _FRAC_VARIANTS.sub(r"\\frac", text)
     text = _EMPTY_SET.sub(r"\\emptyset ", text)
+    text = _REALS.sub(r"(-\\infty, \\infty)", text)
     text = _OVERLINE.sub(lambda m: _repeating(m.group(1), m.group(2), m.group(3) or m.group(4)), text)
     text = _PAREN_REPEAT.sub(lambda m: _repeating(m.group(1), m.group(2), m.group(3)), text)
     text = _OPERATOR.sub(
