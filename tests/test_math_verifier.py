@@ -189,7 +189,7 @@ NOTATION = {
         ("0,111", "0.111", CORRECT),  # a leading 0: a decimal comma
         ("0,111", "111", WRONG),
         ("1,4", "1.4", WRONG),  # not three digits and no leading 0: a list, never 1.4
-        ("1,00", "100", WRONG),
+        ("1,00", "100", Status.FORMAT_ERROR),  # neither 100 nor the list 1, 0 (an item "00")
         ("1, 4", r"\{1, 4\}", CORRECT),
         ("0,25", r"\{0, 25\}", CORRECT),  # a list where the gold is a list
         ("1,000.99", "1000", WRONG),
@@ -614,3 +614,89 @@ def test_an_escaped_dollar_inside_inline_math_is_money_not_its_end():
 )
 def test_the_reals_are_the_interval_of_every_real_number(reply, gold, status):
     assert MathVerifier().score(reply, gold).status == status
+
+
+# Red-teaming the notation rules: wrong answers that a rule once accepted, each now refused by a general rule.
+@pytest.mark.parametrize(
+    ("answer", "gold", "status"),
+    [
+        # the \frac12 shorthand is a mixed number like 2\frac{1}{2}, never the product 2·1/2
+        (r"2\frac12", "1", WRONG),
+        (r"2\frac12", r"\frac52", CORRECT),
+        # a chain must contain the gold's variable: y = 2x = 6 gives x = 3
+        (r"y = 2x = 6", "x = 6", WRONG),
+        (r"x = 2y = 6", "x = 6", CORRECT),
+        # a bare variable on both sides is an equation, not a label
+        (r"x = 2x + 1", "2x + 1", WRONG),
+        (r"y = 2x + 1", "2x + 1", CORRECT),
+        # an approximation keeps its label, and never stands for a gold with an exact decimal
+        (r"y \approx 3.14", r"x = \pi", WRONG),
+        (r"x \approx 3.14", r"x = \pi", CORRECT),
+        (r"\approx 100", "100", WRONG),
+        (r"\approx 3.00", "3", WRONG),
+        (r"\approx 0.500", r"\frac12", WRONG),
+        (r"\approx 0.333", r"\frac13", CORRECT),
+        # words that change or deny the number are not units
+        (r"3 \text{ thousand}", "3", WRONG),
+        (r"3 \text{ thousand}", "3000", CORRECT),
+        (r"2 \text{ dozen}", "24", CORRECT),
+        (r"5 \text{ squared}", "5", Status.FORMAT_ERROR),
+        (r"5 \text{ tenths}", "5", Status.FORMAT_ERROR),
+        (r"5 \text{ is incorrect}", "5", Status.FORMAT_ERROR),
+        (r"1 \text{ maybe}", "1", Status.FORMAT_ERROR),
+        (r"5 \text{ pairs}", "5", CORRECT),
+        # a known unit against another unit word, and more known units
+        (r"5 \text{ tons}", r"5 \text{ kg}", WRONG),
+        (r"5 \text{ ms}", r"5 \text{ s}", WRONG),
+        (r"5 \text{ gal}", r"5 \text{ L}", WRONG),
+        (r"5 \text{ degrees}", r"5 \text{ radians}", WRONG),
+        (r"30 \text{ degrees}", r"\frac{\pi}{6} \text{ radians}", CORRECT),
+        (r"\$5", r"5 \text{ cents}", WRONG),
+        (r"500 \text{ cents}", r"\$5", CORRECT),
+        (r"\$5", "5", CORRECT),
+        (r"5 \text{ cm}^2", r"5 \text{ square units}", CORRECT),  # "units" stands for any unit
+        # an option named to deny it, or used with a sign
+        (r"\text{not } B", "B", Status.FORMAT_ERROR),
+        (r"\text{E is false}", "E", Status.FORMAT_ERROR),
+        (r"-B", "B", Status.FORMAT_ERROR),
+        # two numbers side by side are neither one number nor a product
+        (r"2 3", "23", Status.FORMAT_ERROR),
+        (r"2 3", "6", Status.FORMAT_ERROR),
+        (r"1 000", "1000", CORRECT),
+        # a list item with a leading zero: 1,000 is never the list 1, 0
+        (r"\{1,000\}", r"\{1, 0\}", Status.FORMAT_ERROR),
+        (r"(1,000)", r"(1, 0)", Status.FORMAT_ERROR),
+        (r"1, 000", r"1, 0", Status.FORMAT_ERROR),
+        (r"0,5", r"0, 5", CORRECT),
+        # labels of two different names make an assignment, never a list of solutions
+        (r"x \approx 1.414, y \approx 2.828", r"\sqrt{2}, 2\sqrt{2}", WRONG),
+        (r"x \in \{1\}, y \in \{2\}", "1, 2", WRONG),
+        (r"AB = 1, BC = 4", "1, 4", WRONG),
+        (r"x \in \{1\}, x \in \{2\}", "1, 2", CORRECT),
+        # "units squared" is a power of the unit; "5 squared" is 25
+        (r"5 \text{ units squared}", "5", CORRECT),
+        (r"5 \text{ meters squared}", r"5 \text{ m}^2", CORRECT),
+        # a unit after a symbolic value or an approximation is a unit too
+        (r"16\pi \text{ m}", r"16\pi \text{ cm}", WRONG),
+        (r"0.16\pi \text{ m}", r"16\pi \text{ cm}", CORRECT),
+        (r"\approx 3.14 \text{ m}", r"\pi \text{ km}", WRONG),
+        (r"\approx 50.27 \text{ cm}^2", r"16\pi \text{ cm}", WRONG),
+        (r"\approx 50.27 \text{ cm}^2", r"16\pi \text{ cm}^2", CORRECT),
+    ],
+)
+def test_red_team_notation_tricks_are_refused(answer, gold, status):
+    assert judge(boxed(answer), gold).status == status
+
+
+def test_numbers_too_large_to_compare_never_crash():
+    # e^{e^{e^{10}}} once crashed the worker (OverflowError, NotAlgebraic): it is refused before work
+    assert judge(boxed("3"), r"e^{e^{e^{e^{10}}}}").status == Status.GOLD_ERROR
+    assert judge(boxed(r"e^{e^{e^{e^{10}}}}"), "3").status == Status.TIMEOUT
+    assert judge(boxed(r"\approx 3.14"), r"e^{e^{e^{10}}}").status == Status.GOLD_ERROR
+    assert judge(boxed(r"e^{\pi i}"), "-1").status == CORRECT
+
+
+def test_last_math_fallback_refuses_a_doubted_or_hedged_span():
+    for reply in ["It is either $4$ or $5$.", "$5$ is wrong, not $5$.", "Hmm, I'm not sure, maybe $x = 5$?"]:
+        assert judge(reply, "5", fallback="last_math").status == Status.AMBIGUOUS
+    assert judge("So the total is $5$.", "5", fallback="last_math").status == CORRECT

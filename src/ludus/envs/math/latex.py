@@ -29,7 +29,8 @@ MAX_DEPTH = 100  # nesting of brackets and fractions
 UNIT_POLICY = (
     "percent signs, degree marks, dollar signs and unknown trailing unit words are dropped from both "
     "answer and gold: 25\\% = 25 (not 0.25), 30^\\circ = 30 (not \\pi/6), 5\\text{ cm} = 5; a known unit "
-    "(UNITS) stated on both sides is compared as a unit: 1.5 km = 1500 m, 150 m != 150 km"
+    "(UNITS; a leading \\$ is dollars) stated on both sides is compared as a unit: 1.5 km = 1500 m, 150 m != 150 km; "
+    "words that change the number (3 thousand, 5 squared, 5 tenths, not 5) are never dropped"
 )
 
 
@@ -38,7 +39,7 @@ class Unit:
     """A physical unit an answer is stated in: ``km`` is ``Unit("length", 1000, 1)``, ``cm^2`` is area."""
 
     dimension: str
-    factor: sympy.Rational  # in the dimension's base unit (m, kg, s, l, m/s)
+    factor: sympy.Expr  # in the dimension's base unit (m, kg, s, l, m/s, m², rad, cent)
     power: int = 1
 
 
@@ -62,17 +63,28 @@ def _units() -> dict[str, tuple[str, sympy.Rational]]:
             ("kg", "kilogram"): R(1),
             ("lb", "lbs", "pound"): R(45359237, 10**8),
             ("oz", "ounce"): R(28349523125, 10**12),
+            ("tonne", "metric ton"): R(1000),
+            ("ton", "short ton"): R(90718474, 10**5),
         },
         "time": {
+            ("ms", "millisecond"): R(1, 1000),
             ("s", "sec", "secs", "second"): R(1),
             ("min", "mins", "minute"): R(60),
             ("h", "hr", "hrs", "hour"): R(3600),
             ("day",): R(86400),
             ("week",): R(604800),
         },
-        "money": {("cent",): R(1), ("dollar",): R(100)},
+        "money": {("cent", "cents", "¢"): R(1), ("dollar", "$"): R(100)},
         "calendar": {("month",): R(1), ("year", "yr", "yrs"): R(12), ("decade",): R(120), ("century",): R(1200)},
-        "volume": {("ml", "milliliter", "millilitre"): R(1, 1000), ("l", "liter", "litre"): R(1)},
+        "volume": {
+            ("ml", "milliliter", "millilitre"): R(1, 1000),
+            ("l", "liter", "litre"): R(1),
+            ("gal", "gallon"): R(3785411784, 10**9),
+            ("qt", "quart"): R(946352946, 10**9),
+            ("pt", "pint"): R(473176473, 10**9),
+        },
+        "area": {("acre",): R(40468564224, 10**7), ("ha", "hectare"): R(10000)},
+        "angle": {("rad", "radian"): R(1), ("deg", "degree"): sympy.pi / 180},
         "speed": {
             ("m/s", "meters per second"): R(1),
             ("km/h", "km/hr", "kmh", "kph", "kilometers per hour"): R(5, 18),
@@ -102,6 +114,9 @@ _UNIT_TAIL = re.compile(
 )
 
 
+_DOLLARS = re.compile(r"^(?:\\\$|\$(?=\s*\d[^$]*$))\s*(\d[\d,.]*)\s*$")
+
+
 def split_unit(text: str) -> tuple[str, Unit | None]:
     """``1.5 \\text{ km}`` → ``("1.5", Unit(length, 1000))``; text without a *known* unit comes back whole.
 
@@ -112,6 +127,9 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
     inner = _NUMBER_IN_TEXT.match(stripped)
     if inner:
         stripped = inner.group(1).strip()
+    money = _DOLLARS.match(stripped)
+    if money and not _UNIT_TAIL.search(money.group(1)):  # \$5, $5: an amount of money (5 dollars, not 5 cents)
+        return money.group(1), Unit("money", UNITS["$"][1])
     m = _UNIT_TAIL.search(stripped)
     if not m:
         return text, None
@@ -123,17 +141,39 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
     if inner_power:
         name, power = inner_power.group(1).strip(), int(inner_power.group(2))
     words = name.split()
+    if len(words) > 1 and words[-1].lower() in ("squared", "cubed"):  # meters squared
+        power = 2 if words[-1].lower() == "squared" else 3
+        words = words[:-1]
     if words and words[0].lower() in ("square", "sq", "cubic"):
         power = 3 if words[0].lower() == "cubic" else 2
         words = words[1:]
     name = " ".join(words)
     key = name.lower()
-    if key not in UNITS or not head or not re.search(r"[\d})]$", head):
+    after_value = re.search(r"[\d})]$", head) or (m.group("wrapped") is not None and re.search(r"[A-Za-z]$", head))
+    if key not in UNITS or not head or not after_value:  # 16\pi \text{ cm}, but never "x m" (x·m)
         return text, None
     if m.group("bare") and len(name) == 1 and not (re.search(r"\d$", head) and stripped[len(head)].isspace()):
         return text, None
     dimension, factor = UNITS[key]
     return head, Unit(dimension, factor, power)
+
+
+def unit_word(text: str) -> str | None:
+    """The trailing unit word of an answer whether known or not (``12 \\text{ apples}`` → ``apples``), else None."""
+    stripped = text.strip()
+    inner = _NUMBER_IN_TEXT.match(stripped)
+    if inner:
+        stripped = inner.group(1).strip()
+    m = _UNIT_TAIL.search(stripped)
+    if not m or not re.search(r"\d$", stripped[: m.start()].rstrip()):
+        return None
+    name = re.sub(r"\\[,;:! ]|~", " ", m.group("wrapped") if m.group("wrapped") is not None else m.group("bare") or "")
+    name = " ".join(name.split()).lower()
+    if not re.fullmatch(r"[a-z][a-z ./]*", name) or any(w in _MATH_WORDS for w in name.split()):
+        return None
+    if set(name.split()) <= {"square", "sq", "cubic", "unit", "units"}:  # "square units" stands for any unit
+        return None
+    return name
 
 
 class ParseError(ValueError):
@@ -311,12 +351,17 @@ _EMPTY_SET = re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{(?:\s|\\[,;:
 _OVERLINE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,100})\}|(\d))")
 _PAREN_REPEAT = re.compile(r"(?<![\d.])(\d+)\.(\d*)\((\d{1,100})\)")
 # 7\frac{3}{4} and 7 3/4 are mixed numbers (7 + 3/4), never products; only proper fractions qualify
-_MIXED_LATEX = re.compile(r"(?<![\d.^_])(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}(?![\d^])")
+_MIXED_LATEX = re.compile(
+    r"(?<![\d.^_])(\d+)\s*\\frac\s*(?:\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)(\d))(?![\d^])"
+)  # 2\frac{1}{2} and its shorthand 2\frac12 alike
 _MIXED_PLAIN = re.compile(r"(?<![\d.^_/])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.^])")
 _SCALE_WORDS = re.compile(
-    r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*)?(million|billion|trillion)s?\s*\}?", re.I
+    r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*)?(hundred|thousand|million|billion|trillion|dozen)s?"
+    r"(?![A-Za-z])\s*\}?",
+    re.I,
 )
-_SCALES = {"million": 6, "billion": 9, "trillion": 12}
+_SCALES = {"hundred": "10^{2}", "thousand": "10^{3}", "million": "10^{6}", "billion": "10^{9}", "trillion": "10^{12}"}
+_SCALES["dozen"] = "12"
 _OPERATOR = re.compile(r"\\(?:operatorname\*?|mathrm|text|textrm)\s*\{\s*([a-zA-Z]+)\s*\}")
 _NAMED_FUNCTIONS = set("sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh ln log exp gcd lcm".split())
 _NUMBER_IN_TEXT = re.compile(
@@ -326,11 +371,32 @@ _TRAILING_WORDS = re.compile(r"(?<=[\d)}])\s+([A-Za-z]{2,}(?:\s+[A-Za-z]+)*)(?:\
 _MATH_WORDS = {"pi", "inf", "infty", "infinity", "sqrt", "or", "and", "either", "i"}
 
 
+# trailing words that change or deny the number before them are never dropped as units: "5 squared",
+# "5 tenths", "5 \\text{ not}", "5 \\text{ or more}" are not 5 (the answer then cannot be read)
+_VALUE_WORDS = re.compile(
+    r"(?<![A-Za-z])(?:not|no|non|never|wrong|incorrect|false|except|but|squared|cubed|factorial|inverse|reciprocal"
+    r"|negative|minus|plus|times\s+\S|over|to|through|least|most|more|less|fewer|greater|smaller|larger|above|below"
+    r"|under|approx\w*|about|roughly|around|nearly|almost|half|halves|quarters?|thirds?|percent\s+of|mod|modulo"
+    r"|maybe|perhaps|possibly|probably|likely|unlikely|guess\w*|unsure|uncertain"
+    r"|(?:four|fif|six|seven|eigh|nin|ten|eleven|twelf|twentie|hundred|thousand|million|billion)ths?)"
+    r"(?![A-Za-z])",
+    re.I,
+)
+
+
+def _drops_as_unit(words: str) -> bool:
+    words = re.sub(
+        r"(?<=[A-Za-z])\s+(?:squared|cubed)\s*\}?\s*$", "", words.strip()
+    )  # units squared: a power of the unit
+    return not _VALUE_WORDS.search(words) and not any(w.lower() in _MATH_WORDS for w in words.split())
+
+
 def _drop_units(text: str) -> str:
-    """``5\\text{ cm}``, ``12 apples``, ``3 \\text{ m}^2`` → the number alone (see :data:`UNIT_POLICY`)."""
-    text = _TRAILING_TEXT.sub("", text)
+    """``5\\text{ cm}``, ``12 apples``, ``3 \\text{ m}^2`` → the number alone (see :data:`UNIT_POLICY`); a word that
+    changes the number (``5 \\text{ squared}``, ``5 \\text{ tenths}``, ``5 \\text{ not}``) is kept, and unreadable."""
+    text = _TRAILING_TEXT.sub(lambda m: "" if _drops_as_unit(_TEXT.sub(r"\1", m.group(0))) else m.group(0), text)
     m = _TRAILING_WORDS.search(text)
-    if m and not any(w.lower() in _MATH_WORDS for w in m.group(1).split()):
+    if m and _drops_as_unit(m.group(1)):
         text = text[: m.start()]
     return text
 
@@ -357,7 +423,7 @@ def _repeating(whole: str, fixed: str, period: str) -> str:
 def _mixed(m: re.Match[str]) -> str:
     if len(m.group(0)) > 1000:
         return m.group(0)
-    whole, numerator, denominator = (int(g) for g in m.groups())
+    whole, numerator, denominator = (int(g) for g in m.groups() if g is not None)
     if not 0 < numerator < denominator:
         return m.group(0)
     return f"({whole}+\\frac{{{numerator}}}{{{denominator}}})"
@@ -412,7 +478,7 @@ def normalise(text: str, *, decimal_comma: bool = True) -> str:
     text = _merge_thousands(text)
     text = _MIXED_LATEX.sub(_mixed, text)
     text = _MIXED_PLAIN.sub(_mixed, text)
-    text = _SCALE_WORDS.sub(lambda m: f"{m.group(1)}\\times 10^{{{_SCALES[m.group(2).lower()]}}}", text)
+    text = _SCALE_WORDS.sub(lambda m: f"{m.group(1)}\\times {_SCALES[m.group(2).lower()]}", text)
     if decimal_comma:
         text = _DECIMAL_COMMA.sub(r"\g<1>0.\2", text.strip())
     text = _DROP.sub(" ", text)
@@ -504,6 +570,14 @@ def guarded_pow(base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:
         # e.g. 2^{\pi\cdot 10^{9}}: its size is bounded only if the exponent is modest
         approx = exponent.evalf(15)
         if not approx.is_comparable or abs(approx) * _digits(base) > MAX_DIGITS:
+            raise TooLarge("a power too large to build exactly")
+    elif exponent.is_number and base.is_number and not base.is_Rational:
+        # e^{e^{e^{10}}}: no exact comparison of such a number ends, and evaluating it overflows
+        try:
+            size = abs(exponent.evalf(15)) * abs(sympy.log(abs(base.evalf(15)) + 2, 10).evalf(15))
+        except (OverflowError, ValueError, TypeError):
+            raise TooLarge("a power too large to evaluate") from None
+        if size.is_comparable and size > MAX_DIGITS:
             raise TooLarge("a power too large to build exactly")
     return sympy.Pow(base, exponent)
 
@@ -643,6 +717,8 @@ class _Parser:
                 self.take()
                 value = _divide(value, self.unary())
             elif self.starts_factor():
+                if self.peek().kind == "num" and self.pos > 0 and self.tokens[self.pos - 1].kind == "num":
+                    raise ParseError("two numbers side by side (2 3 is neither 6 nor 23)")
                 value = value * self.power()
             else:
                 return value
@@ -905,6 +981,13 @@ _LETTER_IN_ARITHMETIC = re.compile(
 )
 
 
+_NEGATION = re.compile(
+    r"(?<![A-Za-z])(?:not|no|never|neither|nor|none|false|wrong|incorrect|except|eliminat\w*|rul\w* out|isn't|cannot)"
+    r"(?![A-Za-z])|\\(?:neg|lnot|not|ne|neq)(?![a-zA-Z])",
+    re.I,
+)
+
+
 def split_top_level(text: str, separators: tuple[str, ...]) -> list[str]:
     """Split ``text`` at ``separators`` that are outside every bracket pair."""
     parts, depth, start, i = [], 0, 0, 0
@@ -1039,6 +1122,15 @@ def _connectives_to_commas(text: str, words: tuple[str, ...]) -> str:
     return "".join(out)
 
 
+def _list_items(items: list[str]) -> list[str]:
+    """The items of a list, refusing an item written with a leading zero: in ``1,000`` or ``(1,000)`` the comma
+    groups thousands, and reading it as the list ``1, 0`` would pay a thousand for two numbers."""
+    for item in items[1:]:
+        if re.fullmatch(r"\s*0\d+\s*", item):
+            raise ParseError(f"a list item with a leading zero ({item.strip()!r}): thousands or a list?")
+    return items
+
+
 def _flatten_plus_minus(items: list[str], parsed: list[Answer]) -> tuple[Answer, ...]:
     """``0, \\pm 3`` lists 0, 3 and -3: a ``\\pm`` item contributes both of its values."""
     out: list[Answer] = []
@@ -1062,8 +1154,11 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         letters = choice_letters(text)
         if len(letters) != 1:
             raise ParseError(f"expected one option letter, found {letters or 'none'}")
-        if _LETTER_IN_ARITHMETIC.search(_TEXT.sub(lambda m: m.group(1), text)):
-            raise ParseError("an option letter used as a quantity (2E, E*2), not named")
+        plain = _TEXT.sub(lambda m: m.group(1), text)
+        if _LETTER_IN_ARITHMETIC.search(plain) or re.match(r"\s*[-+]\s*\(?[A-E]", plain):
+            raise ParseError("an option letter used as a quantity (2E, E*2, -B), not named")
+        if _NEGATION.search(plain):
+            raise ParseError("an option named only to be denied (not B, E is false)")
         return Choice(letters[0])
     if text == r"\emptyset":
         return Collection(())
@@ -1079,7 +1174,7 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         if 2 <= radix <= 36 and all(int(c, 36) < radix for c in digits) and len(digits) <= 100:
             return BaseNumber(int(digits, radix), radix)
     member = _MEMBERSHIP.match(text)
-    if member:
+    if member and len(split_top_level(member.group(2), (",", ";"))) == 1:  # x ∈ {1}, y ∈ {2} is a list of two
         return Labelled(_label(member.group(1)), sub(member.group(2)))
     pieces = split_top_level(text, (r"\cup",))
     if len(pieces) > 1:
@@ -1088,7 +1183,7 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         text = _connectives_to_commas(text, ("and", "or") if alternatives else ("and",))
     items = [i for i in split_top_level(text, (",", ";")) if i.strip()]
     if len(items) > 1:
-        return Collection(_flatten_plus_minus(items, [sub(i) for i in items]))
+        return Collection(_flatten_plus_minus(items, [sub(i) for i in _list_items(items)]))
     equals = _top_level_equals(text)
     if equals is not None:
         lhs, rhs = text[:equals].strip(), text[equals + 1 :].strip()
@@ -1112,13 +1207,13 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         items = split_top_level(inner, (",",))
         if opening == "{":
             items = [i for i in items if i.strip()]
-            return Collection(_flatten_plus_minus(items, [sub(i) for i in items]))
+            return Collection(_flatten_plus_minus(items, [sub(i) for i in _list_items(items)]))
         if len(items) > 1:
-            return Bracketed(opening, closing, tuple(sub(i) for i in items))
+            return Bracketed(opening, closing, tuple(sub(i) for i in _list_items(items)))
     if text.startswith("{") and text.endswith("}") and _outer_braces(text):
         items = split_top_level(text[1:-1], (",",))
         if len(items) > 1:  # {1, 3}: a set written without \{ \}
-            return Collection(_flatten_plus_minus(items, [sub(i) for i in items]))
+            return Collection(_flatten_plus_minus(items, [sub(i) for i in _list_items(items)]))
     if r"\pm" in text or r"\mp" in text:
         return _plus_minus(text)
     if _PLAIN_WORDS.match(text) and len(text.replace(" ", "")) > 1 and text.lower() not in _CONSTANTS:
@@ -1146,7 +1241,7 @@ def _outer_braces(text: str) -> bool:
     return depth == 0
 
 
-def _approximate(text: str, depth: int, alternatives: bool) -> Approximate:
+def _approximate(text: str, depth: int, alternatives: bool) -> Approximate | Labelled:
     """``A = \\pi r^2 = 16\\pi \\approx 50.27``: the exact part (if any) and the written decimal."""
     parts = split_top_level(text, (r"\approx",))
     if len(parts) < 2 or any(not p.strip() for p in parts[1:]):
@@ -1163,7 +1258,8 @@ def _approximate(text: str, depth: int, alternatives: bool) -> Approximate:
     exact = None
     if head and not re.fullmatch(_NAME, head):  # "x \approx 0.33" has no exact part
         exact = _parse(head, False, depth + 1, alternatives)
-    return Approximate(exact, value, decimals or 0, len(digits))
+    approximate = Approximate(exact, value, decimals or 0, len(digits))
+    return Labelled(_label(head), approximate) if head and exact is None else approximate  # y ≈ 3.14 names y
 
 
 def _looks_like_math_word(text: str) -> bool:

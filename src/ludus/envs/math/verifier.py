@@ -21,10 +21,11 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
   decimals (``2\\pi`` and ``6.283`` pass, ``6.3`` does not). The price: a gold ``12.5`` that
   is exact also accepts ``12.54``; ``decimal_gold="exact"`` turns the tolerance off for data
   whose decimal golds are exact (money amounts, for instance).
-* **Units** (:data:`~ludus.envs.math.latex.UNIT_POLICY`): ``%``, ``°``, ``$`` and unknown trailing
+* **Units** (:data:`~ludus.envs.math.latex.UNIT_POLICY`): ``%``, ``°`` and unknown trailing
   unit words are dropped from both sides, so ``25\\%`` = ``25`` and ``25\\%`` ≠ ``0.25``; a known
-  unit (:data:`~ludus.envs.math.latex.UNITS`) on both sides is compared as a unit: ``1.5 km`` =
-  ``1500 m``, ``150 m`` ≠ ``150 km``.
+  unit (:data:`~ludus.envs.math.latex.UNITS`, ``\\$5`` is dollars) on both sides is compared as a
+  unit: ``1.5 km`` = ``1500 m``, ``150 m`` ≠ ``150 km``; a known unit against an unknown word is
+  wrong; words that change the number (``squared``, ``tenths``, ``not``) are never units.
 * **Notation** is read by unambiguous rules only: labels (``(p, q) = (3, 2)``, ``f(x) = 1``,
   ``x \\in [0, 1)``) are dropped where the gold has none and must match where it has one;
   ``x = 5 + 6 = 11`` is its last member; ``\\frac{10}{3} \\approx 3.33`` is its exact part, a
@@ -78,6 +79,7 @@ from ludus.envs.math.latex import (
     normalise,
     parse_answer,
     split_unit,
+    unit_word,
 )
 from ludus.tasks.answers import MARKERS, Marker, boxed_contents, find_answers, last_math
 
@@ -121,7 +123,7 @@ def _provably_zero(d: sympy.Expr) -> bool:
         try:  # exact for algebraic numbers: the minimal polynomial of 0 is x
             x = sympy.Dummy("x")
             return sympy.minimal_polynomial(d, x) == x
-        except (NotImplementedError, ValueError, sympy.polys.polyerrors.PolynomialError):
+        except (NotImplementedError, ValueError, sympy.polys.polyerrors.BasePolynomialError):
             return False
     return False
 
@@ -181,7 +183,7 @@ def _as_value(a: Answer) -> Answer:
     an all-``=`` chain ``x = 5 + 6 = 11`` or a true numeric statement ``5 + 6 = 11`` as its last member
     (every member without variables must equal it); a one-item list as its item."""
     if isinstance(a, Relation) and a.op == "=":
-        if _is_label(a.lhs):
+        if _is_label(a.lhs) and not (a.lhs.is_Symbol and a.lhs in a.rhs.free_symbols):  # x = 2x + 1 is an equation
             return Expr(a.rhs)
         if not a.lhs.free_symbols and not a.rhs.free_symbols and values_equal(a.lhs, a.rhs):
             return Expr(a.rhs)
@@ -198,7 +200,8 @@ def _as_value(a: Answer) -> Answer:
 
 def _one_variable(items: Sequence[Answer]) -> bool:
     """``x = 1, x = 4`` and ``x_1 = 1, x_2 = 4`` list solutions; ``x = 1, y = 4`` is an assignment, not a set."""
-    names = {str(i.lhs).split("_")[0] for i in items if isinstance(i, Relation) and i.lhs.is_Symbol}
+    names = {str(i.lhs).split("_")[0] for i in items if isinstance(i, Relation) and _is_label(i.lhs)}
+    names |= {i.label.split("_")[0] for i in items if isinstance(i, Labelled)}  # x ≈ 1.41, y ≈ 2.83; x ∈ A, y ∈ B
     return len(names) <= 1
 
 
@@ -246,10 +249,19 @@ def _approximation_matches(a: Approximate, g: Answer) -> bool:
         return False
     if value.decimals is not None:  # a decimal gold: the usual rule
         return values_equal(a.value, value.value, value.decimals)
-    if a.significant < 3:
-        return False
+    if a.significant < 3 or (value.value.is_Rational and _terminates(value.value)):
+        return False  # "\\approx 100" or "\\approx 0.500" for an exact 100 or 1/2, which could have been written
     diff = (value.value - a.value).evalf(a.decimals + 30)
     return bool(diff.is_comparable and abs(diff) <= bound)
+
+
+def _terminates(r: sympy.Rational) -> bool:
+    """Whether a rational has a finite decimal expansion (an integer, 1/2, 3/8), so its exact value can be written."""
+    q = int(r.q)
+    for p in (2, 5):
+        while q % p == 0:
+            q //= p
+    return q == 1
 
 
 def _match_unordered(answers: Sequence[Answer], golds: Sequence[Answer]) -> bool:
@@ -300,6 +312,8 @@ def equivalent(a: Answer, g: Answer) -> bool:
     if isinstance(g, Relation):
         if isinstance(a, Relation):
             return relations_equal(a, g)
+        if isinstance(a, Chain) and g.lhs not in [a.relations[0].lhs] + [r.rhs for r in a.relations]:
+            return False  # "y = 2x = 6" says nothing of the form x = 6 (it gives x = 3)
         value = _as_value(a)
         return g.op == "=" and g.lhs.is_Symbol and isinstance(value, Expr) and values_equal(value.value, g.rhs)
     if isinstance(g, Chain):
@@ -351,8 +365,10 @@ def _plain_text(text: str) -> str:
 
 
 def _unwrapped(text: str) -> str:
-    """The text without ``\\text{}``-style wrappers and spaces, case kept: ``\\text{odd}`` is ``odd``."""
-    return _TEXT_WRAPPER.sub(r"\1", normalise(text)).replace(" ", "").strip(".")
+    """The text without ``\\text{}``-style wrappers and spaces, case kept: ``\\text{odd}`` is ``odd``. A space
+    between two digits is kept: ``2 3`` is not ``23``."""
+    plain = re.sub(r"(?<=\d)\s+(?=\d)", "\0", _TEXT_WRAPPER.sub(r"\1", normalise(text)))
+    return plain.replace(" ", "").replace("\0", " ").strip(".")
 
 
 def _distinct(texts: Sequence[str]) -> list[str]:
@@ -394,7 +410,13 @@ def _read(text: str, as_choice: bool, lists: bool, decimal_comma: bool = False) 
     answers to a single-number gold: a gold ``0,5`` is the dataset's list notation."""
     value_text, unit = (text, None) if as_choice else split_unit(text)
     answer = parse_answer(value_text, as_choice=as_choice, alternatives_as_list=lists, decimal_comma=decimal_comma)
-    return answer, (unit if isinstance(_as_value(answer), Expr) else None)
+    return answer, (unit if isinstance(_as_value(_approximation(answer) or answer), (Expr, Approximate)) else None)
+
+
+def _approximation(answer: Answer) -> Approximate | None:
+    """The approximation an answer states (``\\approx 3.14``, ``x \\approx 3.14``), if it is one."""
+    core = answer.value if isinstance(answer, Labelled) else answer
+    return core if isinstance(core, Approximate) else None
 
 
 _OPTION_WITH_CONTENT = re.compile(r"^\s*(?:\(([A-E])\)|([A-E])[.)])\s+\S")  # "C. x = 42", "(C) 42", "C) 42"
@@ -420,13 +442,42 @@ def _in_gold_unit(answer: Answer, unit: Unit | None, gold_unit: Unit | None) -> 
     """The answer's value in the gold's unit; ``None`` if the units differ (``150 m`` is not ``150 km``).
     Where only one side states a known unit the number is compared as written (see ``UNIT_POLICY``)."""
     value = _as_value(answer)
-    if unit is None or gold_unit is None or not isinstance(value, Expr):
+    if unit is None or gold_unit is None:
+        return answer
+    if _approximation(answer) is not None:  # an approximation is compared in the gold's own unit only
+        return (
+            answer
+            if (unit.dimension, unit.power, unit.factor) == (gold_unit.dimension, gold_unit.power, gold_unit.factor)
+            else None
+        )
+    if not isinstance(value, Expr):
         return answer
     if (unit.dimension, unit.power) != (gold_unit.dimension, gold_unit.power):
         return None
     if unit.factor == gold_unit.factor:
         return answer
     return Expr(value.value * (unit.factor / gold_unit.factor) ** unit.power)
+
+
+_DENIAL = re.compile(
+    r"(?<![A-Za-z])(?:not|isn't|wrong|incorrect|unsure|maybe|perhaps|possibly|cannot)(?![A-Za-z])", re.I
+)
+
+
+def _doubted(reply: str, answer: str, lists: bool) -> str | None:
+    """For the ``last_math`` fallback: whether the sentence the answer was taken from hedges or denies it
+    ("either 4 or 5", "$5$ is wrong", "maybe $x = 5$?"): a marker-less reply has no other statement of intent."""
+    at = reply.rfind(answer)
+    if at < 0:
+        return None
+    starts = [m.end() for m in re.finditer(r"[.!?](?=\s)|\n", reply[:at])]
+    end = re.search(r"[.!?](?=\s|$)|\n", reply[at + len(answer) :])
+    sentence = reply[starts[-1] if starts else 0 : at + len(answer) + (end.start() + 1 if end else len(reply))]
+    if _DENIAL.search(sentence) or sentence.rstrip().endswith("?"):
+        return "doubted or denied in its sentence"
+    if not lists and is_hedged(sentence):
+        return "one of several alternatives in its sentence"
+    return None
 
 
 def judge(
@@ -451,6 +502,9 @@ def judge(
     answers, where = find_answers(completion, priority)
     if not answers and fallback == "last_math":
         answers, where = last_math(completion)
+        doubt = _doubted(completion, answers[-1], lists) if answers else None
+        if doubt:
+            return Score.zero(Status.AMBIGUOUS, f"the fallback answer is {doubt}", extracted=answers[-1])
     if len(answers) > 1 and where == "\\boxed{}" and len(_gold_boxes(gold)) > 1:
         answers, where = [", ".join(_distinct(answers))], "several \\boxed{} (the gold lists several)"
     if not answers:
@@ -485,7 +539,8 @@ def judge(
     if any(not equivalent(p, last) for p in parsed[:-1]):  # exact: "1/3, about 0.333" is two answers
         return Score.zero(Status.AMBIGUOUS, f"{len(answers)} different final answers in {where}", extracted=final)
     in_gold_unit = _in_gold_unit(parsed[-1], units[-1], gold_unit)
-    if in_gold_unit is None:
+    if (units[-1] is None) != (gold_unit is None) and unit_word(final if units[-1] is None else gold_text):
+        in_gold_unit = None  # a known unit against another unit word: "5 \text{ tons}" is not "5 kg"
         return Score.zero(Status.WRONG, f"{final[:60]!r} is not in the unit of {gold_text[:60]!r}", extracted=final)
     same_unit = units[-1] is None or gold_unit is None or units[-1] == gold_unit
     same_text = (
@@ -493,7 +548,11 @@ def judge(
         and (normalise(final) == normalise(gold_text) or _unwrapped(final) == _unwrapped(gold_text))
         and not isinstance(gold_answer, ClockTime)
     )
-    if same_text or equivalent(in_gold_unit, gold_answer):  # (normalise drops units and "PM")
+    try:
+        equal = same_text or equivalent(in_gold_unit, gold_answer)  # (normalise drops units and "PM")
+    except (OverflowError, ArithmeticError, RecursionError, sympy.polys.polyerrors.BasePolynomialError) as exc:
+        return Score.zero(Status.TIMEOUT, f"refused to compare values this large: {exc!r:.80}", extracted=final)
+    if equal:
         return Score(1.0, Status.CORRECT, f"{final[:60]!r} is equivalent to the gold answer", extracted=final)
     return Score.zero(Status.WRONG, f"{final[:60]!r} is not equivalent to {gold_text[:60]!r}", extracted=final)
 
