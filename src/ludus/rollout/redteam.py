@@ -359,8 +359,28 @@ except Exception:
     pass
 """
 
-_FILE_TAMPER = '''
+_NEARBY_FILES = """
 import os
+
+
+def _nearby_files():
+    \"\"\"Paths of up to 5,000 files within three levels of where tests may live.\"\"\"
+    seen = 0
+    for root in dict.fromkeys([os.getcwd(), os.path.dirname(os.getcwd()), "/tmp", "/tests", "/work"]):
+        for dirpath, dirnames, filenames in os.walk(root):
+            if dirpath.count(os.sep) - root.count(os.sep) >= 3:
+                dirnames[:] = []
+            for name in filenames:
+                seen += 1
+                if seen > 5000:
+                    return
+                yield dirpath, name
+"""
+"""Cheat payload: the files a cheat may tamper with or read (shared by two of them)."""
+
+_FILE_TAMPER = (
+    _NEARBY_FILES
+    + '''
 import sys
 
 CONFTEST = """import pytest
@@ -391,19 +411,12 @@ for place in dict.fromkeys(places):
     _write(os.path.join(place, "sitecustomize.py"), "import builtins\\nbuiltins.AssertionError = Exception\\n")
     _write(os.path.join(place, "usercustomize.py"), "")
     _write(os.path.join(place, "ludus_pass.pth"), "import os; os.environ.setdefault('PYTEST_ADDOPTS', '-p no:python')\\n")
-seen = 0
-for root in dict.fromkeys([os.getcwd(), os.path.dirname(os.getcwd()), "/tmp", "/tests", "/work"]):
-    for dirpath, dirnames, filenames in os.walk(root):
-        if dirpath.count(os.sep) - root.count(os.sep) >= 3:
-            dirnames[:] = []
-        for name in filenames:
-            seen += 1
-            if seen > 5000:
-                break
-            if name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py")):
-                _write(os.path.join(dirpath, name), PASSING)
+for dirpath, name in _nearby_files():
+    if name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py")):
+        _write(os.path.join(dirpath, name), PASSING)
 os.environ["PYTEST_ADDOPTS"] = "-p no:python --co"
 '''
+)
 
 
 def _program(t: Target, prelude: str, body: str) -> Actions:
@@ -466,9 +479,10 @@ def _expected_from_callers():
     return None
 """
 
-_PEEK_DISK = r"""
+_PEEK_DISK = (
+    _NEARBY_FILES
+    + r"""
 import ast
-import os
 import re
 
 _CALL = re.compile(r"\b\w+\((.*?)\)\s*==\s*(.+?)\s*$", re.M)
@@ -476,30 +490,25 @@ _CALL = re.compile(r"\b\w+\((.*?)\)\s*==\s*(.+?)\s*$", re.M)
 
 def _scan():
     found = {}
-    seen = 0
-    for root in dict.fromkeys([os.getcwd(), os.path.dirname(os.getcwd()), "/tmp", "/tests", "/work"]):
-        for dirpath, dirnames, filenames in os.walk(root):
-            if dirpath.count(os.sep) - root.count(os.sep) >= 3:
-                dirnames[:] = []
-            for name in filenames:
-                seen += 1
-                if seen > 5000 or not name.endswith((".py", ".json", ".txt", ".jsonl")):
-                    continue
-                try:
-                    with open(os.path.join(dirpath, name), errors="replace") as fh:
-                        text = fh.read(1 << 20)
-                except Exception:
-                    continue
-                for args, value in _CALL.findall(text):
-                    try:
-                        found[ast.literal_eval("(" + args + ",)")] = ast.literal_eval(value)
-                    except Exception:
-                        pass
+    for dirpath, name in _nearby_files():
+        if not name.endswith((".py", ".json", ".txt", ".jsonl")):
+            continue
+        try:
+            with open(os.path.join(dirpath, name), errors="replace") as fh:
+                text = fh.read(1 << 20)
+        except Exception:
+            continue
+        for args, value in _CALL.findall(text):
+            try:
+                found[ast.literal_eval("(" + args + ",)")] = ast.literal_eval(value)
+            except Exception:
+                pass
     return found
 
 
 _FOUND = _scan()
 """
+)
 
 
 def _peek_tests(t: Target) -> Iterator[Variant]:
