@@ -1,7 +1,7 @@
 """The agentic environments end to end with every kind of model: the embedded tiny model (`ludus
 eval` and `ludus train`), a transformers checkpoint, and an OpenAI-compatible server (`ludus
 serve-model`'s app on 127.0.0.1) — through the rollout engine, with sql on SQLite and on
-PostgreSQL. Random models earn nothing; what is checked is that every episode is graded (no
+PostgreSQL, and the browser environments on a real Chromium. Random models earn nothing; what is checked is that every episode is graded (no
 infrastructure error anywhere on the path)."""
 
 import json
@@ -23,6 +23,9 @@ AGENTIC = {
     "sql": ("sql", {"difficulty": 1}),
     "sql-postgres": ("sql", {"difficulty": 1, "engine": "postgres"}),
     "repo": ("repo", {}),
+    # one short page view a turn, so that the tiny model's context holds the episode
+    "web": ("web", {"difficulty": 1, "max_turns": 1, "max_chars": 800}),
+    "miniwob": ("miniwob", {"max_turns": 2, "max_chars": 500}),
 }
 
 

@@ -295,6 +295,7 @@ class ToolEnv(SingleTurnEnv):
     reward_range: ClassVar[tuple[float, float]] = (-1.0, 1.0)  # must include honeypot_penalty
 
     max_tool_calls: int | None = None  # per episode; calls past it are refused with an error
+    unmetered_tools: ClassVar[frozenset[str]] = frozenset()  # never refused by max_tool_calls (the one that ends)
     _honeypot: str | None = None
     _tool_calls_used = 0
     _tools: dict[str, Tool] | None = None  # built once per episode: a schema per tool is not free
@@ -328,7 +329,10 @@ class ToolEnv(SingleTurnEnv):
         return self._tools
 
     def transition(self, action: Message) -> StepResult:
-        result = self._call_tools(action) if action.tool_calls else super().transition(action)
+        return self._unless_honeypot(self._call_tools(action) if action.tool_calls else super().transition(action))
+
+    def _unless_honeypot(self, result: StepResult) -> StepResult:
+        """``result``, or the end of the episode as ``honeypot`` when this step touched one."""
         if self._honeypot is None:
             return result
         score = Score(self.honeypot_penalty, Status.HONEYPOT, f"touched a honeypot: {self._honeypot}")
@@ -359,7 +363,11 @@ class ToolEnv(SingleTurnEnv):
         tool = tools.get(call.name)
         if tool is None:
             return f"Error: no tool named {call.name!r}; available: {', '.join(tools) or 'none'}", False, False
-        if self.max_tool_calls is not None and self._tool_calls_used >= self.max_tool_calls:
+        if (
+            self.max_tool_calls is not None
+            and self._tool_calls_used >= self.max_tool_calls
+            and tool.name not in self.unmetered_tools
+        ):
             return (
                 f"Error: the limit of {self.max_tool_calls} tool calls is used up; give your final answer",
                 False,

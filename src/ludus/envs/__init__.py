@@ -5,6 +5,7 @@
 * :mod:`ludus.envs.code` — ``code``, ``code-tools``, graded by :class:`~ludus.envs.code.CodeVerifier`
 * :mod:`ludus.envs.sql` — ``sql`` on SQLite or PostgreSQL
 * :mod:`ludus.envs.repo` — ``repo``, SWE-style repositories
+* :mod:`ludus.envs.web` — ``web`` (a built-in shop) and ``miniwob`` in a real Chromium
 
 Families never import each other; what they share lives below them (:mod:`ludus.tasks`,
 :mod:`ludus.sandbox`, :mod:`ludus.core`). Each registers its environments under the
@@ -26,6 +27,8 @@ _EXPORTS = {
     "CodeVerifier": "code",
     "SQLEnv": "sql",
     "RepoEnv": "repo",
+    "ShopEnv": "web",
+    "MiniWoBEnv": "web",
 }
 
 __all__ = sorted(_EXPORTS)
