@@ -135,7 +135,10 @@ def test_mistakes_are_tool_errors_the_model_can_read(env):
     cases = [
         (("click", {"element": 999}), "there is no element [999]"),
         (("type", {"element": element(text, "link"), "text": "x"}), "does not accept text"),
-        (("select", {"element": element(text, "combobox"), "option": "Green"}), "is not a list with the option 'Green'"),
+        (
+            ("select", {"element": element(text, "combobox"), "option": "Green"}),
+            "is not a list with the option 'Green'",
+        ),
         (("press", {"key": "Launch the missiles"}), "unknown key"),
         (("type", {"element": element(text, "Search"), "text": "a" * 100_000}), "at most 2000"),
         (("click", {"element": "seven"}), "Error"),

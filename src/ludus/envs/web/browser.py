@@ -41,9 +41,11 @@ T = TypeVar("T")
 PAGE_VIEW_JS = (Path(__file__).parent / "page_view.js").read_text()
 DEFAULT_VIEWPORT = (1280, 720)  # Playwright's, for a new context
 MAX_TEXT = 2_000  # characters one `type` action may enter: a flood is the model's error, not the page's problem
-KEYS = re.compile(r"^((Control|Shift|Alt|Meta)\+)*([A-Za-z0-9]|F[1-9]|F1[0-2]|[-=\[\];',./`\\ ]|"
-                  r"Enter|Tab|Escape|Backspace|Delete|Space|Home|End|PageUp|PageDown|Insert|"
-                  r"Arrow(Up|Down|Left|Right))$")
+KEYS = re.compile(
+    r"^((Control|Shift|Alt|Meta)\+)*([A-Za-z0-9]|F[1-9]|F1[0-2]|[-=\[\];',./`\\ ]|"
+    r"Enter|Tab|Escape|Backspace|Delete|Space|Home|End|PageUp|PageDown|Insert|"
+    r"Arrow(Up|Down|Left|Right))$"
+)
 
 
 class ActionError(Exception):

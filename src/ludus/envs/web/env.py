@@ -30,6 +30,7 @@ from ludus.core.types import InfraError, Message, Observation, Score, Status, St
 from ludus.envs.web.browser import ActionError, BrowserService, Tab
 from ludus.envs.web.server import App
 
+
 class BrowserEnv(ToolEnv):
     """A web task in a real browser (see the module docstring). Not registered itself."""
 
@@ -149,7 +150,17 @@ class BrowserEnv(ToolEnv):
             app.close()
 
     def tool_functions(self) -> Sequence[Callable[..., Any]]:
-        return [self.click, self.type, self.select, self.press, self.scroll, self.goto, self.back, self.answer, self.finish]
+        return [
+            self.click,
+            self.type,
+            self.select,
+            self.press,
+            self.scroll,
+            self.goto,
+            self.back,
+            self.answer,
+            self.finish,
+        ]
 
     def transition(self, action: Message) -> StepResult:
         assert self.task is not None
