@@ -39,6 +39,8 @@ BUILT_IN = [
     ("code", {}, 2),
     ("code-tools", {}, 1),
     ("repo", {}, 1),
+    ("web", {}, 2),
+    ("miniwob", {}, 2),
 ]
 EXPECTED_KINDS = {
     "arithmetic": {"answer"},
@@ -50,6 +52,8 @@ EXPECTED_KINDS = {
     "code": {"code"},
     "code-tools": {"code", "tools"},
     "repo": {"tools"},
+    "web": {"answer", "tools"},
+    "miniwob": {"answer", "tools"},
 }
 
 
@@ -67,7 +71,7 @@ def test_every_built_in_environment_resists_the_red_team(name: str, kwargs: dict
     assert "oracle episodes/s" in by_name["throughput"].detail
     ran = {c.kind for c in CHEATS if c.label in by_name and by_name[c.label].level == "error"}
     assert ran == EXPECTED_KINDS[name]
-    if name in ("sql", "repo"):  # their own cheats() hooks ran too
+    if name in ("sql", "repo", "web", "miniwob"):  # their own cheats() hooks ran too
         assert any(n.startswith("env cheat ") for n in by_name)
 
 

@@ -221,8 +221,7 @@ def test_dialogs_and_popups_do_not_hang_the_episode(env):
     alerted = page_of(act(env, "click", element=element(text, "Alert me")))
     assert "the page showed a alert dialog: 'hi' (dismissed)" in alerted
     popped = act(env, "click", element=element(text, "New window"))
-    assert "URL: /\n" in page_of(popped)  # the model's page stays where it was
-    assert "the page tried to open a new window (blocked)" in page_of(popped)
+    assert "URL: /next" in page_of(popped)  # a link to a new window opens in the episode's one tab
     assert len(env.tab.context.pages) == 1
 
 
@@ -264,8 +263,13 @@ def test_the_wrong_answer_and_words_instead_of_a_tool(env):
 
 
 def chromium_processes() -> int:
-    me = psutil.Process()
-    return sum(1 for p in me.children(recursive=True) if "chrom" in p.name().lower())
+    count = 0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            count += "chrom" in process.name().lower()
+        except psutil.NoSuchProcess:  # a renderer that exited while we counted
+            pass
+    return count
 
 
 def test_episodes_leave_nothing_behind_across_threads():

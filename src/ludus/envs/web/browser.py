@@ -40,6 +40,15 @@ T = TypeVar("T")
 
 PAGE_VIEW_JS = (Path(__file__).parent / "page_view.js").read_text()
 DEFAULT_VIEWPORT = (1280, 720)  # Playwright's, for a new context
+# links and forms that would open a new window open in the episode's one tab instead
+SAME_TAB_JS = """
+document.addEventListener("click", (event) => {
+  const target = event.target instanceof Element && event.target.closest("a[target], area[target]");
+  if (target) target.removeAttribute("target");
+}, true);
+document.addEventListener("submit", (event) => event.target.removeAttribute("target"), true);
+window.open = (url) => { if (url) window.location.href = url; return null; };
+"""
 MAX_TEXT = 2_000  # characters one `type` action may enter: a flood is the model's error, not the page's problem
 KEYS = re.compile(
     r"^((Control|Shift|Alt|Meta)\+)*([A-Za-z0-9]|F[1-9]|F1[0-2]|[-=\[\];',./`\\ ]|"
@@ -121,6 +130,7 @@ class Tab:
     crashed: bool = False
     notes: list[str] = field(default_factory=list)  # things the page did on its own (a dialog, a blocked popup)
     blocked: list[str] = field(default_factory=list)  # requests the network filter aborted
+    pending: list[asyncio.Future[Any]] = field(default_factory=list)  # popups and dialogs being closed
     closed: bool = False
 
     @property
@@ -204,10 +214,14 @@ class Tab:
         return effect
 
     async def settle(self, timeout_s: float) -> None:
-        """Wait until a navigation the last action started has loaded."""
+        """Wait until a navigation the last action started has loaded, and the windows and
+        dialogs it opened are closed."""
         with contextlib.suppress(Exception):
             await asyncio.sleep(0.01)
             await self.page.wait_for_load_state("load", timeout=timeout_s * 1000)
+        pending, self.pending = self.pending, []
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
         self._check()
 
     async def view(self, max_chars: int, timeout_s: float) -> PageView:
@@ -347,12 +361,12 @@ class BrowserService:
 
         def on_dialog(dialog: Any) -> None:
             tab.notes.append(f"the page showed a {dialog.type} dialog: {dialog.message[:200]!r} (dismissed)")
-            asyncio.ensure_future(dialog.dismiss())
+            tab.pending.append(asyncio.ensure_future(dialog.dismiss()))
 
-        def on_popup(popup: Any) -> None:
+        def on_popup(popup: Any) -> None:  # one that got past SAME_TAB_JS
             if popup is not tab.page:
                 tab.notes.append("the page tried to open a new window (blocked)")
-                asyncio.ensure_future(popup.close())
+                tab.pending.append(asyncio.ensure_future(popup.close()))
 
         def on_crash(_: Any) -> None:
             tab.crashed = True
@@ -374,6 +388,7 @@ class BrowserService:
                 locale="en-US",  # pages that render dates and times read the same on every machine
                 timezone_id="UTC",
             )
+            await context.add_init_script(SAME_TAB_JS)
             return browser, context, await context.new_page()
         except Exception:
             browser.live -= 1
