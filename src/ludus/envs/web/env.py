@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -132,7 +133,8 @@ class BrowserEnv(ToolEnv):
         head = f"URL: {view.path}\nTitle: {view.title}"
         if self.screenshots:
             os.makedirs(self.screenshots, exist_ok=True)
-            path = os.path.join(self.screenshots, f"{self.name}-{self.task.id if self.task else 'x'}-{self._shots}.png")
+            task = re.sub(r"[^A-Za-z0-9._-]+", "_", self.task.id if self.task else "task")
+            path = os.path.join(self.screenshots, f"{self.name}-{task}-{self._shots}.png")
             self._shots += 1
             await tab.screenshot(path)
             head += f"\nScreenshot: {path}"
