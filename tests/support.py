@@ -275,3 +275,22 @@ class VLLMServer:
     def tail(self, lines: int = 40) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+# ---- tool environments, one action at a time ----------------------------------------------------
+def act(env: Any, name: str, **args: Any) -> Any:
+    """``env.step`` with one call of the tool ``name``."""
+    from ludus.core.types import Message, ToolCall
+
+    return env.step(Message("assistant", "", tool_calls=[ToolCall(name, args, id="c0")]))
+
+
+def play_reference(env: Any, task: Task, seed: int = 0) -> Any:
+    """Reset on ``task`` and play its ``reference_actions`` until the episode ends; the last step."""
+    env.reset(task, seed)
+    result = None
+    for action in env.reference_actions(task):
+        result = env.step(action)
+        if result.done:
+            break
+    return result

@@ -11,6 +11,7 @@ from ludus.core.types import Message, Score, Status, Task, ToolCall
 from ludus.envs.web.browser import BrowserService
 from ludus.envs.web.env import BrowserEnv
 from ludus.envs.web.server import Response
+from support import act
 
 HOME = """<html><head><title>Home</title></head><body>
 <h1>Hello</h1>
@@ -63,10 +64,6 @@ class ToyEnv(BrowserEnv):
 
 
 TASK = Task(id="toy", prompt="Do the toy task.", answer="ok")
-
-
-def act(env, name, **args):
-    return env.step(Message("assistant", "", tool_calls=[ToolCall(name, args, id="c0")]))
 
 
 def page_of(result) -> str:

@@ -12,6 +12,7 @@ from ludus.envs.web.miniwob import SUPPORTED, MiniWoBEnv
 from ludus.rollout.engine import EpisodeRequest
 from ludus.rollout.evaluate import evaluate
 from ludus.rollout.scripted import NothingPolicy, OraclePolicy
+from support import play_reference
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("miniwob") is None, reason="needs pip install 'ludus[web]'")
 
@@ -30,12 +31,7 @@ def env():
 def play_oracle(env: MiniWoBEnv, name: str, seed: int):
     """The oracle's last step on (name, seed), and on seed 0 an empty reply's on a fresh episode."""
     task = MiniWoBEnv.task_for(name, seed)
-    env.reset(task, 0)
-    result = None
-    for action in env.reference_actions(task):
-        result = env.step(action)
-        if result.done:
-            break
+    result = play_reference(env, task)
     if seed:
         return result, None
     env.reset(task, 0)
