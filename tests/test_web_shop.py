@@ -17,7 +17,7 @@ import pytest
 from ludus.core.types import Message, Score, Status, Task
 from ludus.envs.web.server import Request, Response
 from ludus.envs.web.shop import ShopApp, ShopTasks, cheats, grade, reference_actions
-from ludus.envs.web.shop.data import diff, open_copy, template
+from ludus.envs.web.shop.data import CURRENCIES, diff, open_copy, template
 from ludus.envs.web.shop.tasks import EDITS, KINDS, LOOKUPS
 
 ALL_KINDS = [m.__name__ for level in KINDS.values() for m in level]
@@ -380,17 +380,23 @@ def test_lookup_answers_compare_as_decimals_and_names() -> None:
     task = task_of("product_price")
     app = episode(task)
     value = task.answer
-    for good in (value, f"${value}", f" {value} ", f"{float(value):.2f}", f'"{value}"'):
+    code = app.setting("currency")
+    sign = CURRENCIES[code][0]
+    other_code, (other_sign, _) = next((c, v) for c, v in CURRENCIES.items() if c != code)
+    for good in (value, f"{sign}{value}", f"{value} {code}", f" {value} ", f"{float(value):.2f}", f'"{value}"'):
         assert grade(task, app, good).correct, good
+    for foreign in (f"{other_sign}{value}", f"{value} {other_code}"):  # the store does not show that currency
+        assert grade(task, app, foreign).status == Status.WRONG, foreign
     for bad, status in ((None, Status.NO_ANSWER), ("", Status.NO_ANSWER), (f"{value} or 3", Status.FORMAT_ERROR)):
         assert grade(task, app, bad).status == status
     assert grade(task, app, str(float(value) + 0.01)).status == Status.WRONG
     big = next(t for t in map(lambda i: task_of("order_total", i), range(50)) if float(t.answer) >= 1000)
     whole, cents = f"{float(big.answer):.2f}".split(".")
     app = episode(big)
+    code = app.setting("currency")
     assert (
-        grade(big, app, f"${whole[:-3]},{whole[-3:]}.{cents}").correct
-        and grade(big, app, f"{whole}.{cents}0 EUR").correct
+        grade(big, app, f"{CURRENCIES[code][0]}{whole[:-3]},{whole[-3:]}.{cents}").correct
+        and grade(big, app, f"{whole}.{cents}0 {code}").correct
     )
     assert (
         not grade(big, app, f"{whole[:-2]},{whole[-2:]}.{cents}").correct

@@ -1,8 +1,8 @@
 """Grading a shop episode, deny by default.
 
 Look-ups: the answer must be exactly the value (numbers compared as decimals, so ``$12.50`` is
-``12.5``; names compared without regard to case or spacing) and the shop's data must be as
-the episode found it. Edits: the episode's database is diffed against its baseline (the
+``12.5``, and a currency named must be the store's; names compared without regard to case or
+spacing) and the shop's data must be as the episode found it. Edits: the episode's database is diffed against its baseline (the
 template plus the episode's own page size); the intended change must be there and nothing
 else, or the reason says what differs. A failure of the grader itself is ``infra_error``.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from ludus.core.types import Score, Status, Task
 from ludus.envs.web.shop.app import ShopApp
-from ludus.envs.web.shop.data import diff, open_copy, rows
+from ludus.envs.web.shop.data import CURRENCIES, diff, open_copy, rows
 from ludus.envs.web.shop.tasks import EDITS, LOOKUPS, lookup_gold
 
 # one number, maybe with a currency sign or code and thousands separators: "$1,107.97", "12.5 EUR"
@@ -53,7 +53,8 @@ def grade(task: Task, app: ShopApp, answer: str | None) -> Score:
                         f"the task's answer {task.answer!r} disagrees with its database ({gold!r}): "
                         "it was made by another version of the shop; regenerate it",
                     )
-                return _lookup(task, LOOKUPS[kind], answer, changes)
+                (currency,) = baseline.execute("SELECT value FROM settings WHERE key = 'currency'").fetchone()
+                return _lookup(task, LOOKUPS[kind], answer, changes, currency)
             if kind in EDITS:
                 return _edit(task, baseline, app, changes)
         finally:
@@ -77,7 +78,12 @@ def describe(changes: dict[str, dict[str, list]]) -> str:
     return "; ".join(parts) or "nothing changed"
 
 
-def _lookup(task: Task, compare: str, answer: str | None, changes: dict[str, Any]) -> Score:
+def _named_currencies(text: str) -> set[str]:
+    """The currencies an answer names, by sign or by code."""
+    return {code for code, (sign, _) in CURRENCIES.items() if sign in text or code.casefold() in text.casefold()}
+
+
+def _lookup(task: Task, compare: str, answer: str | None, changes: dict[str, Any], currency: str) -> Score:
     if answer is None or not answer.strip():
         return Score.zero(Status.NO_ANSWER, "the task asks for an answer; none was given")
     if changes:
@@ -92,6 +98,13 @@ def _lookup(task: Task, compare: str, answer: str | None, changes: dict[str, Any
     match = _NUMBER.match(text)
     if match is None or (compare == "number" and not re.fullmatch(r"\d+(?:\.\d+)?", text)):
         return Score.zero(Status.FORMAT_ERROR, f"expected a single number, got {text[:80]!r}", extracted=text[:200])
+    named = _named_currencies(text)
+    if named - {currency}:
+        return Score.zero(
+            Status.WRONG,
+            f"the store shows amounts in {currency}; the answer says {', '.join(sorted(named))}",
+            extracted=text[:200],
+        )
     try:
         given = Decimal(match.group(1).replace(",", ""))
     except InvalidOperation:
