@@ -2,6 +2,7 @@
 
 from ludus.core.env import Env, EnvStateError, SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.registry import EnvLoadError, UnknownEnvError, make, register
+from ludus.core.rubric import Criterion, Rubric
 from ludus.core.tools import Tool, ToolCache, ToolError, ToolSchemaError, tool, tool_spec, validate_arguments
 from ludus.core.types import (
     InfraError,
@@ -18,12 +19,14 @@ from ludus.core.types import (
 )
 
 __all__ = [
+    "Criterion",
     "Env",
     "EnvLoadError",
     "EnvStateError",
     "InfraError",
     "Message",
     "Observation",
+    "Rubric",
     "Score",
     "SingleTurnEnv",
     "Split",

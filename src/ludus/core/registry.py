@@ -48,11 +48,8 @@ class EnvEntry:
     def load(self) -> type[Env]:
         if self.name in _registered:
             return _registered[self.name]
-        module_name, _, attr = self.target.partition(":")
         try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
+            obj = import_target(self.target)
         except Exception as exc:
             raise EnvLoadError(
                 f"environment {self.name!r} ({self.origin}) points to {self.target}, which failed to import: "
@@ -61,6 +58,15 @@ class EnvEntry:
         if not (isinstance(obj, type) and issubclass(obj, Env)):
             raise EnvLoadError(f"environment {self.name!r} points to {self.target}, which is not a ludus Env subclass")
         return obj
+
+
+def import_target(target: str) -> Any:
+    """The object an entry point's ``"module:attr.attr"`` names (the module is imported now)."""
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
 
 
 def register(name: str, env_cls: type[Env]) -> None:
