@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 
 from ludus.core.env import Split, TaskSource, ToolEnv
 from ludus.core.tools import ToolError, tool
-from ludus.core.types import InfraError, Message, Observation, Score, Status, StepResult, Task
+from ludus.core.types import InfraError, Message, Observation, Score, StepResult, Task
 from ludus.envs.web.browser import ActionError, BrowserService, Tab
 from ludus.envs.web.server import App
 
@@ -173,10 +173,7 @@ class BrowserEnv(ToolEnv):
         tab = self.tab
         if tab is None:
             raise InfraError("the episode's browser tab is gone")
-        score: Score | None = None
-        if self._ended is None:
-            score = self._call(self.finished(tab))
-        page = self._call(self._render(tab)) if self._ended is None and score is None else ""
+        score, page = (None, "") if self._ended is not None else self._call(self._look(tab))
         notes, tab.notes[:] = list(tab.notes), []
         replies = result.observation.messages
         if replies and (page or notes):
@@ -190,6 +187,11 @@ class BrowserEnv(ToolEnv):
             info = {**result.info, "blocked_requests": len(tab.blocked)}
             result = StepResult(result.observation, score.value, terminated=True, score=score, info=info)
         return self._unless_bait(result)
+
+    async def _look(self, tab: Tab) -> tuple[Score | None, str]:
+        """After the actions, in one trip to the browser: the page's own verdict, else its view."""
+        score = await self.finished(tab)
+        return score, "" if score is not None else await self._render(tab)
 
     def _unless_bait(self, result: StepResult) -> StepResult:
         bait = self.honeypot_touched()
@@ -331,10 +333,7 @@ class ShopEnv(BrowserEnv):
         from ludus.envs.web.shop import grade
 
         assert self.task is not None and self.app is not None
-        try:
-            return grade(self.task, self.app, answer)
-        except Exception as exc:  # noqa: BLE001 - the grader's own failure, not the model's
-            return Score.zero(Status.INFRA_ERROR, f"the shop grader failed: {type(exc).__name__}: {exc}")
+        return grade(self.task, self.app, answer)  # its own failures are infra_error already
 
     def honeypot_touched(self) -> str | None:
         return getattr(self.app, "honeypot", None)
