@@ -294,3 +294,32 @@ def play_reference(env: Any, task: Task, seed: int = 0) -> Any:
         if result.done:
             break
     return result
+
+
+def package_without_dependencies(requirement: str, module: str) -> Path:
+    """The folder holding ``module`` from ``requirement`` installed alone (``pip --no-deps``) into
+    Ludus's cache, for packages whose declared dependencies clash with ours or are far too heavy
+    for what a test reads of them; the folder is added to ``sys.path``."""
+    import shutil
+    import sys
+
+    from ludus.core.cache import cache_dir
+
+    target = cache_dir("test-packages", requirement.replace("==", "-"))
+    if not (target / module).exists():
+        partial = target.with_name(target.name + f".partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(partial), requirement],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, f"could not install {requirement}: {done.stderr[-2000:]}"
+        try:
+            partial.rename(target)
+        except OSError:  # another process got there first
+            shutil.rmtree(partial, ignore_errors=True)
+    if str(target) not in sys.path:
+        sys.path.append(str(target))
+    return target

@@ -11,8 +11,6 @@ already."""
 import asyncio
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,10 +23,9 @@ import ludus.integrations.verl as ludus_verl  # noqa: E402
 from integrations_support import AddEnv, FlakyGraderEnv, teach  # noqa: E402
 from ludus.cli import main  # noqa: E402
 from ludus.core import registry  # noqa: E402
-from ludus.core.cache import cache_dir  # noqa: E402
 from ludus.core.registry import make  # noqa: E402
 from ludus.integrations.common import RowError  # noqa: E402
-from support import build_hf_checkpoint  # noqa: E402
+from support import build_hf_checkpoint, package_without_dependencies  # noqa: E402
 
 VERL = "verl==0.9.1"
 
@@ -37,26 +34,8 @@ def ensure_verl() -> None:
     """Import verl, installing the wheel alone (no dependencies) into the cache if it is missing."""
     try:
         import verl  # noqa: F401
-
-        return
     except ImportError:
-        pass
-    target = cache_dir("test-packages", VERL.replace("==", "-"))
-    if not (target / "verl" / "__init__.py").exists():
-        partial = target.with_name(target.name + f".partial-{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(partial), VERL],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, f"could not install {VERL}: {done.stderr[-2000:]}"
-        try:
-            partial.rename(target)
-        except OSError:  # another process got there first
-            shutil.rmtree(partial, ignore_errors=True)
-    sys.path.append(str(target))
+        package_without_dependencies(VERL, "verl/__init__.py")
 
 
 ensure_verl()

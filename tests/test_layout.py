@@ -13,11 +13,12 @@ ALLOWED = {
     "sandbox": {"core", "sandbox"},
     "tasks": {"core", "tasks"},
     "envs": {"core"},  # the package face only: it names the families lazily, as strings
-    "family": {"core", "sandbox", "tasks"},  # + the family itself
+    "family": {"core", "sandbox", "tasks", "rewards"},  # + the family itself
     "policies": {"core", "policies"},
+    "rewards": {"core", "policies", "rewards"},
     "rollout": {"core", "policies", "rollout"},
-    "train": {"core", "policies", "rollout", "train"},
-    "serve": {"core", "policies", "rollout", "serve"},
+    "train": {"core", "policies", "rewards", "rollout", "train"},
+    "serve": {"core", "policies", "rewards", "rollout", "serve"},
 }
 
 

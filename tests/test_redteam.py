@@ -41,6 +41,8 @@ BUILT_IN = [
     ("repo", {}, 1),
     ("web", {}, 2),
     ("miniwob", {}, 2),
+    ("instruct", {}, 5),
+    ("judged", {}, 3),
 ]
 EXPECTED_KINDS = {
     "arithmetic": {"answer"},
@@ -54,6 +56,8 @@ EXPECTED_KINDS = {
     "repo": {"tools"},
     "web": {"answer", "tools"},
     "miniwob": {"answer", "tools"},
+    "instruct": set(),  # any reply meeting the constraints is right: its own cheats() instead
+    "judged": {"answer"},
 }
 
 
@@ -71,7 +75,7 @@ def test_every_built_in_environment_resists_the_red_team(name: str, kwargs: dict
     assert "oracle episodes/s" in by_name["throughput"].detail
     ran = {c.kind for c in CHEATS if c.label in by_name and by_name[c.label].level == "error"}
     assert ran == EXPECTED_KINDS[name]
-    if name in ("sql", "repo", "web", "miniwob"):  # their own cheats() hooks ran too
+    if name in ("sql", "repo", "web", "miniwob", "instruct", "judged"):  # their own cheats() hooks ran too
         assert any(n.startswith("env cheat ") for n in by_name)
 
 

@@ -77,7 +77,9 @@ def test_bad_rubrics_are_refused_when_built():
     with pytest.raises(ValueError, match="two criteria"):
         Rubric([Criterion("a", boxed), Criterion("a", short)])
     with pytest.raises(ValueError, match="weight"):
-        Criterion("a", boxed, weight=0)
+        Criterion("a", boxed, weight=-1)
+    with pytest.raises(ValueError, match="weight above 0"):
+        Rubric([Criterion("a", boxed, weight=0)])
     with pytest.raises(ValueError, match="at least one"):
         Rubric([])
 
@@ -97,3 +99,98 @@ def test_from_config_loads_functions_by_import_path():
         reward_function("test_rubric:missing")
     with pytest.raises(ValueError, match="unknown keys"):
         Rubric.from_config([{"function": "test_rubric:boxed", "wieght": 2}])
+
+
+def test_a_weight_zero_criterion_is_measured_not_rewarded():
+    rubric = Rubric([Criterion("format", boxed), Criterion("short", short, weight=0)])
+    score = rubric.score(TASK, "\\boxed{" + "x" * 99 + "}")
+    assert score.components["short"] == 0.0 and score.value == 1.0 and score.correct
+    assert rubric.score(TASK, "x").components["short"] == pytest.approx(0.99)
+
+
+def length_at_least(minimum: int):
+    """A reward source: a factory called once with its options."""
+    return lambda task, completion: len(completion) >= minimum
+
+
+def test_options_make_a_reward_function_from_a_factory():
+    rubric = Rubric.from_config([{"function": "test_rubric:length_at_least", "options": {"minimum": 5}}])
+    assert [rubric.score(TASK, text).correct for text in ("four", "fives")] == [False, True]
+    with pytest.raises(ValueError, match="refused its options"):
+        Rubric.from_config([{"function": "test_rubric:length_at_least", "options": {"maximum": 5}}])
+
+
+ENTRY_POINTS = """\
+[ludus.rewards]
+mentions = reward_plugin:mentions
+at-least = reward_plugin:at_least
+"""
+PLUGIN = """\
+def mentions(task, completion):
+    return task.answer in completion
+
+
+def at_least(argument, scale=1):
+    return lambda task, completion: len(completion) * scale >= int(argument)
+"""
+
+
+def test_reward_functions_registered_by_another_package_resolve_by_name(tmp_path, monkeypatch):
+    dist_info = tmp_path / "reward_plugin-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: reward-plugin\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text(ENTRY_POINTS)
+    (tmp_path / "reward_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rubric = Rubric.from_config(
+        [
+            {"function": "mentions"},
+            {"function": "at-least:6", "name": "long"},  # a registered source with its argument
+            {"function": "at-least", "name": "scaled", "options": {"argument": 6, "scale": 2}},
+        ]
+    )
+    score = rubric.score(TASK, "hello")
+    assert score.components == {"mentions": 1.0, "long": 0.0, "scaled": 1.0}
+    with pytest.raises(ValueError, match="mentions, rm"):  # the error lists what is installed
+        reward_function("mention")
+
+
+def test_an_environment_takes_a_rubric_from_its_arguments():
+    from ludus.core import registry
+
+    env = registry.make(
+        "arithmetic",
+        digits=1,
+        rubric=[
+            {"function": "env", "name": "correct", "weight": 3},
+            {"function": "test_rubric:short", "name": "short"},
+        ],
+    )
+    task = env.task_source("eval").get(0)
+    env.reset(task)
+    result = env.step(env.reference(task))
+    assert set(result.score.components) == {"correct", "short"}
+    assert result.score.components["correct"] == 1.0 and result.reward == result.score.value > 0.75
+    env.reset(task)
+    assert env.step("no idea").score.components["correct"] == 0.0
+    with pytest.raises(ValueError, match="takes no options"):
+        registry.make("arithmetic", rubric=[{"function": "env", "options": {"x": 1}}])
+
+
+def test_an_environment_grading_in_its_own_transition_refuses_a_rubric():
+    from ludus.core import registry
+    from ludus.core.env import SingleTurnEnv
+    from ludus.core.types import StepResult
+
+    class StateGraded(SingleTurnEnv):
+        name = "state-graded"
+
+        def score(self, task, completion):
+            return Score(1.0)
+
+        def transition(self, action):
+            return StepResult(terminated=True, score=Score(1.0))
+
+    registry.register("state-graded", StateGraded)
+    with pytest.raises(ValueError, match="grades in its own transition"):
+        registry.make("state-graded", rubric=[{"function": "env"}])

@@ -49,19 +49,15 @@ def run(args: argparse.Namespace) -> int:
         factory, _, _ = env_factory(args.env, kwargs, [args.env_server])
         name = f"{args.env} at {args.env_server}"
     else:
-        from ludus.core.registry import EnvLoadError, env_class
+        from ludus.core import registry
 
         try:
-            cls = env_class(args.env)
-        except EnvLoadError as exc:
+            factory = registry.factory(args.env, kwargs)
+        except registry.EnvLoadError as exc:
             from ludus.core.check import CheckReport, CheckResult
 
             print(format_report(CheckReport(args.env, [CheckResult("load", False, str(exc))])))
             return 1
-
-        def factory():  # type: ignore[no-untyped-def]
-            return cls(**kwargs)
-
         name = args.env
     report = check_env(factory, name=name)
     print(format_report(report))

@@ -90,12 +90,11 @@ def env_factory(
     import os
 
     if not servers:
-        from ludus.core.registry import env_class
+        from ludus.core.registry import factory
 
         if not isinstance(env_args, dict):
             raise ValueError(f"--env-args must be a JSON object, got {env_args!r}")
-        cls = env_class(name)
-        return (lambda: cls(**env_args)), [], None
+        return factory(name, env_args), [], None
     from ludus.rollout.remote import RemoteEnv, RemoteEnvError
 
     if env_args:

@@ -136,7 +136,8 @@ def find_spec_without_importing(module: str) -> importlib.machinery.ModuleSpec |
         if parent_spec is None or parent_spec.submodule_search_locations is None:
             return None
         return importlib.machinery.PathFinder.find_spec(module, parent_spec.submodule_search_locations)
-    except (ImportError, ValueError):  # ValueError: an imported module without __spec__
+    except (ImportError, ValueError, KeyError):  # ValueError: an imported module without __spec__; KeyError: a
+        # namespace package (a folder without __init__.py) asks for its parent package in sys.modules
         return None
 
 

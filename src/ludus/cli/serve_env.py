@@ -37,12 +37,11 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import functools
     import json
     import os
 
     from ludus.cli.common import console
-    from ludus.core.registry import env_class
+    from ludus.core.registry import factory
 
     try:
         from ludus.serve.env_server import ServerLimits, serve
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("LUDUS_ENV_TOKEN") or None
     serve(
-        functools.partial(env_class(args.env), **env_args),
+        factory(args.env, env_args),
         host=args.host,
         port=args.port,
         token=token,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ludus.core.env import Env, EnvStateError
-from ludus.core.registry import EnvLoadError, env_class
+from ludus.core.registry import EnvLoadError, factory
 from ludus.core.types import Message, Observation, Score, Status, StepResult, ToolCall, ToolSpec
 
 MAX_STEPS = 100
@@ -565,10 +565,10 @@ def check_env_by_name(
     """Check the environment registered as ``name``. An unknown name raises :class:`UnknownEnvError`
     (a typo, not a contract failure); code that fails to load is reported as a failed "load" check."""
     try:
-        cls = env_class(name)
+        make = factory(name, env_kwargs)
     except EnvLoadError as exc:
         return CheckReport(name, [CheckResult("load", False, str(exc))])
-    return check_env(lambda: cls(**env_kwargs), name=name, seeds=seeds, max_steps=max_steps)
+    return check_env(make, name=name, seeds=seeds, max_steps=max_steps)
 
 
 def format_report(report: CheckReport) -> str:

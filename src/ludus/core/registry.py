@@ -118,5 +118,35 @@ def env_class(name: str) -> type[Env]:
 
 
 def make(name: str, **kwargs: Any) -> Env:
-    """Create the environment registered as ``name`` with keyword arguments for its constructor."""
-    return env_class(name)(**kwargs)
+    """Create the environment registered as ``name`` with keyword arguments for its constructor;
+    ``rubric=[...]`` (any environment that grades through ``score``) replaces its grader with a
+    rubric (``ludus.core.rubric.apply_rubric``)."""
+    return factory(name, kwargs)()
+
+
+def factory(name: str, env_args: dict[str, Any]) -> EnvFactory:
+    """A picklable maker of ``name`` with ``env_args`` (what trainers, hosts, Ray actors and env
+    servers call once per environment); the class is loaded now, so a wrong name fails here."""
+    if not isinstance(env_args, dict):
+        raise TypeError(f"env_args must be a mapping of constructor arguments, got {env_args!r}")
+    args = dict(env_args)
+    return EnvFactory(env_class(name), args, args.pop("rubric", None))
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: hosts key their environments by factory
+class EnvFactory:
+    cls: type[Env]
+    kwargs: dict[str, Any]
+    rubric: list[dict[str, Any]] | None = None
+
+    def __call__(self) -> Env:
+        env = self.cls(**self.kwargs)
+        if self.rubric is None:
+            return env
+        from ludus.core.rubric import apply_rubric  # noqa: PLC0415 - the rubric imports this module
+
+        try:
+            return apply_rubric(env, self.rubric)
+        except Exception:
+            env.close()
+            raise

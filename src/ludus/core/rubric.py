@@ -17,10 +17,21 @@ The status is ``correct`` when every criterion passed (reached its ``pass_at``),
 ``partial`` when the value is above 0, else the first failing criterion's own status when it
 gave a Score (``format_error``, ``no_answer``…) or ``wrong``.
 
+A criterion of weight 0 is measured, not rewarded: its component is recorded (the trainer logs
+it as ``reward/<name>``) but it counts neither in the value nor in the status — the true metric
+beside a learned reward model's proxy, say.
+
 Criteria can be named in configuration: ``Rubric.from_config`` takes a list of
-``{"name", "function", "weight", "gate", "pass_at"}`` where ``function`` is ``"module:attr"`` or
-the name of a function registered under the ``ludus.rewards`` entry-point group, exactly as
-environments register under ``ludus.envs``.
+``{"name", "function", "options", "weight", "gate", "pass_at"}`` where ``function`` is
+``"module:attr"``, the name of a function registered under the ``ludus.rewards`` entry-point
+group (exactly as environments register under ``ludus.envs``), or ``"source:ARGUMENT"`` for a
+registered source that takes one (``"rm:runs/rm"``: a reward model's folder). With ``options``
+(or an argument) the named object is a factory, called once to make the reward function
+(``{"function": "judge", "options": {"model": "http://127.0.0.1:8000/v1"}}``).
+
+Any environment whose grade goes through ``score(task, completion)`` (every ``SingleTurnEnv``
+and ``ToolEnv``) takes a rubric from its configuration: ``env_args: {rubric: [...]}``, where
+the function ``"env"`` is the environment's own grader (see :func:`apply_rubric`).
 """
 
 from __future__ import annotations
@@ -32,19 +43,22 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from ludus.core.env import Env, SingleTurnEnv, ToolEnv
 from ludus.core.registry import import_target
 from ludus.core.types import InfraError, Score, Status, Task
 
 REWARDS_GROUP = "ludus.rewards"
 
 RewardFunction = Callable[[Task, str], "bool | float | Score"]
+CONFIG_KEYS = frozenset({"name", "function", "options", "weight", "gate", "pass_at"})
 
 
 @dataclass(frozen=True)
 class Criterion:
     """One named part of a rubric. ``fn(task, completion)`` gives a bool, a number in [0, 1] or
     a :class:`Score` (whose ``value`` is used); ``gate`` names an earlier criterion that must have
-    passed for this one to run; a criterion passes when its value reaches ``pass_at``."""
+    passed for this one to run; a criterion passes when its value reaches ``pass_at``. Weight 0:
+    measured, not rewarded."""
 
     name: str
     fn: RewardFunction
@@ -55,8 +69,10 @@ class Criterion:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a criterion needs a name")
-        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight > 0):
-            raise ValueError(f"criterion {self.name!r}: weight must be a positive number, got {self.weight!r}")
+        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError(
+                f"criterion {self.name!r}: weight must be a number >= 0 (0: measured, not rewarded), got {self.weight!r}"
+            )
         if not 0 < self.pass_at <= 1:
             raise ValueError(f"criterion {self.name!r}: pass_at must be in (0, 1], got {self.pass_at!r}")
 
@@ -78,23 +94,38 @@ class Rubric:
             seen.add(criterion.name)
         self.criteria = list(criteria)
         self.total_weight = sum(c.weight for c in self.criteria)
+        if self.total_weight <= 0:
+            raise ValueError("a rubric needs at least one criterion of weight above 0")
 
     @classmethod
-    def from_config(cls, spec: Sequence[Mapping[str, Any]]) -> Rubric:
-        """A rubric from plain data (YAML, JSON): each item has ``function`` (``"module:attr"`` or a
-        name registered under ``ludus.rewards``) and optionally ``name``, ``weight``, ``gate``, ``pass_at``."""
+    def from_config(
+        cls, spec: Sequence[Mapping[str, Any]], functions: Mapping[str, RewardFunction] | None = None
+    ) -> Rubric:
+        """A rubric from plain data (YAML, JSON): each item has ``function`` and optionally ``name``,
+        ``options``, ``weight``, ``gate``, ``pass_at`` (module docstring). ``functions`` are names
+        that win over imports: the environment's own grader as ``"env"``."""
+        if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence):
+            raise ValueError(f"a rubric is a list of criteria ({{function, name, weight, ...}}), got {spec!r:.200}")
         criteria = []
         for i, item in enumerate(spec):
             if not isinstance(item, Mapping) or "function" not in item:
                 raise ValueError(f"rubric item {i} needs a 'function' (module:attr or a ludus.rewards name): {item!r}")
-            unknown = set(item) - {"name", "function", "weight", "gate", "pass_at"}
+            unknown = set(item) - CONFIG_KEYS
             if unknown:
-                raise ValueError(f"rubric item {i} has unknown keys {sorted(unknown)}")
-            function = str(item["function"])
+                raise ValueError(f"rubric item {i} has unknown keys {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}")
+            function, options = str(item["function"]), item.get("options") or {}
+            if not isinstance(options, Mapping):
+                raise ValueError(f"rubric item {i}: 'options' must be a mapping, got {options!r}")
+            if functions and function in functions:
+                if options:
+                    raise ValueError(f"rubric item {i}: {function!r} takes no options")
+                fn = functions[function]
+            else:
+                fn = reward_function(function, options)
             criteria.append(
                 Criterion(
-                    str(item.get("name") or function.rpartition(":")[2] or function),
-                    reward_function(function),
+                    str(item.get("name") or _default_name(function)),
+                    fn,
                     float(item.get("weight", 1.0)),
                     item.get("gate"),
                     float(item.get("pass_at", 1.0)),
@@ -123,7 +154,7 @@ class Rubric:
                 why = verdict.reason if verdict is not None and verdict.reason else f"{value:g}"
                 reasons.append(f"{criterion.name}: {why}")
         value = sum(c.weight * components[c.name] for c in self.criteria) / self.total_weight
-        if all(passed.values()):
+        if all(passed[c.name] for c in self.criteria if c.weight > 0):
             return Score(value, Status.CORRECT, "every criterion passed", components)
         status = Status.PARTIAL if value > 0 else (failing.status if failing is not None else Status.WRONG)
         return Score(value, status, "; ".join(reasons), components)
@@ -152,18 +183,24 @@ def _evaluate(criterion: Criterion, task: Task, completion: str) -> tuple[float,
     return float(out), verdict
 
 
-def reward_function(name: str) -> RewardFunction:
-    """``"module:attr"``, or a function registered under the ``ludus.rewards`` entry-point group."""
-    target = name
-    if ":" not in name:
-        found = [ep for ep in entry_points(group=REWARDS_GROUP) if ep.name == name]
-        if not found:
-            known = sorted(ep.name for ep in entry_points(group=REWARDS_GROUP))
-            raise ValueError(
-                f"no reward function {name!r}: give module:attr or one of the ludus.rewards entry points "
-                f"({', '.join(known) or 'none installed'})"
-            )
-        target = found[0].value
+def reward_function(name: str, options: Mapping[str, Any] | None = None) -> RewardFunction:
+    """The reward function ``name`` gives: ``"module:attr"``, a name registered under the
+    ``ludus.rewards`` entry-point group, or ``"source:ARGUMENT"`` for a registered factory. With
+    an argument or ``options``, the object named is a factory called with them."""
+    registered = {ep.name: ep.value for ep in entry_points(group=REWARDS_GROUP)}
+    source, colon, argument = name.partition(":")
+    args: tuple[Any, ...] = ()
+    if colon and source in registered:
+        target, args = registered[source], (argument,)
+    elif colon:
+        target = name
+    elif name in registered:
+        target = registered[name]
+    else:
+        raise ValueError(
+            f"no reward function {name!r}: give module:attr or one of the ludus.rewards entry points "
+            f"({', '.join(sorted(registered)) or 'none installed'})"
+        )
     try:
         obj = import_target(target)
     except Exception as exc:
@@ -172,4 +209,36 @@ def reward_function(name: str) -> RewardFunction:
         ) from exc
     if not callable(obj):
         raise ValueError(f"reward function {name!r} ({target}) is not callable")
-    return obj
+    if not (args or options):
+        return obj
+    try:
+        fn = obj(*args, **(options or {}))
+    except (TypeError, ValueError, OSError) as exc:
+        raise ValueError(f"reward source {name!r} ({target}) refused its options {dict(options or {})}: {exc}") from exc
+    if not callable(fn):
+        raise ValueError(f"reward source {name!r} ({target}) made {fn!r}, which is not a reward function")
+    return fn
+
+
+def _default_name(function: str) -> str:
+    """``"pkg.mod:fn"`` -> ``"fn"``; ``"rm:runs/rm"`` (a registered source) -> ``"rm"``; ``"judge"`` -> ``"judge"``."""
+    source, colon, rest = function.partition(":")
+    if not colon or any(ep.name == source for ep in entry_points(group=REWARDS_GROUP)):
+        return source
+    return rest or function
+
+
+def apply_rubric(env: Env, spec: Sequence[Mapping[str, Any]]) -> Env:
+    """Grade ``env`` with the rubric ``spec`` instead of its own grader, which stays available to
+    the rubric as the function ``"env"``. The environment must grade through ``score`` (every
+    ``SingleTurnEnv`` and ``ToolEnv`` does, unless it replaces their ``transition``, as the
+    browser and repository environments do to grade state); one that does not is refused, not
+    silently ignored."""
+    if not isinstance(env, SingleTurnEnv) or type(env).transition not in (SingleTurnEnv.transition, ToolEnv.transition):
+        raise ValueError(
+            f"environment {env.name!r} grades in its own transition, not through score(task, completion), so a "
+            "rubric cannot replace its grade; rubrics apply to SingleTurnEnv and ToolEnv environments"
+        )
+    rubric = Rubric.from_config(spec, functions={"env": env.score})
+    env.score = rubric.score  # type: ignore[method-assign]  # this instance only
+    return env

@@ -6,6 +6,8 @@
 * :mod:`ludus.envs.sql` — ``sql`` on SQLite or PostgreSQL
 * :mod:`ludus.envs.repo` — ``repo``, SWE-style repositories
 * :mod:`ludus.envs.web` — ``web`` (a built-in shop) and ``miniwob`` in a real Chromium
+* :mod:`ludus.envs.instruct` — ``instruct``, verifiable instruction following (IFEval's constraints)
+* :mod:`ludus.envs.judged` — ``judged``, open-ended requests graded by an LLM judge
 
 Families never import each other; what they share lives below them (:mod:`ludus.tasks`,
 :mod:`ludus.sandbox`, :mod:`ludus.core`). Each registers its environments under the
@@ -28,6 +30,8 @@ _EXPORTS = {
     "SQLEnv": "sql",
     "RepoEnv": "repo",
     "ShopEnv": "web",
+    "InstructEnv": "instruct",
+    "JudgedEnv": "judged",
     "MiniWoBEnv": "web",
 }
 

@@ -92,14 +92,9 @@ class TaskRef:
 def registered(name: str, env_args: Mapping[str, Any] | str | None = None) -> EnvFactory:
     """A factory for the registered environment ``name`` with ``env_args``. Unknown names fail
     here, with the registry's suggestions, rather than on the first reward."""
-    from ludus.core.registry import env_class
+    from ludus.core.registry import factory
 
-    cls, kwargs = env_class(name), json.loads(canonical_args(env_args))
-
-    def make() -> Env:
-        return cls(**kwargs)
-
-    return make
+    return factory(name, json.loads(canonical_args(env_args)))
 
 
 def chat(messages: Sequence[Message]) -> list[dict[str, str]]:

@@ -51,7 +51,7 @@ from typing import Any
 
 from ludus.core.check import JUNK, MAX_STEPS, CheckReport, CheckResult, difference, malformed_actions, step_view
 from ludus.core.env import Env
-from ludus.core.registry import EnvLoadError, env_class
+from ludus.core.registry import EnvLoadError, factory
 from ludus.core.types import Message, Observation, Score, StepResult, Task, ToolCall, ToolSpec
 
 KINDS: tuple[str, ...] = ("answer", "code", "tools")
@@ -1007,10 +1007,10 @@ def _run(
 def redteam_env_by_name(name: str, *, tasks: int = 5, seed: int = 0, **env_kwargs: Any) -> CheckReport:
     """:func:`redteam_env` on the environment registered as ``name``."""
     try:
-        cls = env_class(name)
+        make = factory(name, env_kwargs)
     except EnvLoadError as exc:
         return CheckReport(f"{name} --redteam", [CheckResult("load", False, str(exc))])
-    return redteam_env(lambda: cls(**env_kwargs), name=name, tasks=tasks, seed=seed)
+    return redteam_env(make, name=name, tasks=tasks, seed=seed)
 
 
 def format_redteam(report: CheckReport) -> str:

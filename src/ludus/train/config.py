@@ -99,6 +99,10 @@ class TrainConfig:
     rollout_weights_dir: str = ""  # where pushed weights go for the server to read; empty: <run>/rollout-weights
     # at the start, the server's log-probs of a probe reply must match the learner's within this (mean per token)
     rollout_logprob_tolerance: float = 0.1
+    # rewards relative to the group (train/ranking.py, docs/rewards.md): an LLM judge scores each group's replies
+    # together, e.g. {model: http://127.0.0.1:8000/v1, criteria: "...", rounds: 2}; the judge's score becomes the
+    # reward and the environment's own is logged as reward/env. Empty: the environment's reward
+    group_judge: dict[str, Any] = field(default_factory=dict)
     # evaluation and logging
     eval_every: int = 25
     eval_size: int = 200

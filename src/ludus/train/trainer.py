@@ -54,6 +54,7 @@ from ludus.rollout.hosts import make_host
 from ludus.rollout.remote import RemoteEnv, RemoteEnvError
 from ludus.train import grpo
 from ludus.train.config import ConfigError, TrainConfig
+from ludus.train.ranking import group_judge, rank_groups
 from ludus.train.run_folder import RunFolder
 from ludus.train.sampler import AheadSampler, StreamPosition, train_task
 from ludus.train.supervised import base_policy
@@ -141,12 +142,12 @@ def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
                 "env_args to the server's"
             )
         return lambda: RemoteEnv(url, token=token)
-    cls = registry.env_class(config.env)
+    make = registry.factory(config.env, config.env_args)
     try:
-        cls(**config.env_args)
-    except TypeError as exc:
+        make().close()
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"config field 'env_args' does not fit environment {config.env!r}: {exc}") from exc
-    return lambda: cls(**config.env_args)
+    return make
 
 
 def warmstart_env(config: TrainConfig, env: Env) -> Env:
@@ -204,8 +205,19 @@ def step_metrics(step: int, groups: list[list[Trajectory]]) -> dict[str, Any]:
         "staleness/mean": round(sum(staleness) / len(staleness), 4),
         "staleness/max": max(staleness),
         **{f"env/{k}": round(v / len(trajs), 4) for k, v in env_counts(trajs).items()},  # per episode
+        **{f"reward/{k}": v for k, v in component_means(gradable).items()},  # a rubric's criteria
         "_tokens": sum(lengths),
     }
+
+
+def component_means(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Each score component's mean over the trajectories that have it (a rubric's criteria, measured
+    ones included: the true metric logged beside a reward model's proxy)."""
+    values: dict[str, list[float]] = {}
+    for t in trajectories:
+        for name, value in (t.score.components if t.score is not None else {}).items():
+            values.setdefault(name, []).append(value)
+    return {name: round(sum(v) / len(v), 4) for name, v in sorted(values.items())}
 
 
 class Trainer:
@@ -260,6 +272,7 @@ class Trainer:
         )
         self.sampler: AheadSampler | None = None
         self.rollout: RolloutServerPolicy | None = None  # generation on an inference server (rollout_server)
+        self.ranker = group_judge(c.group_judge) if c.group_judge else None  # RULER-style rewards (ranking.py)
         try:
             train_tasks, eval_tasks = self._setup()
             step, elapsed, position = self._restore()
@@ -317,6 +330,8 @@ class Trainer:
                 self.sampler.close()
             if self.rollout is not None:
                 self.rollout.close()
+            if self.ranker is not None:
+                self.ranker[0].close()
             self.host.shutdown()
 
     def _out_of_time(self, elapsed_s: float) -> bool:
@@ -394,6 +409,9 @@ class Trainer:
         t0 = time.perf_counter()
         groups = self._sample(step, train_tasks) if self.sampler is None else self.sampler.take(step)
         t_sampled = time.perf_counter()
+        if self.ranker is not None:
+            judge, rounds = self.ranker
+            rank_groups(judge, groups, rounds=rounds, seed=c.seed * 1_000_003 + step)
         trajs = [t for group in groups for t in group]
         if all(t.score is not None and t.score.is_infra_error for t in trajs):
             # nothing measured the policy: a model that cannot take the prompts, a dead environment

@@ -1,0 +1,411 @@
+r"""Verifiable instructions (IFEval's set): one checker per kind, each a pure function of the reply.
+
+A constraint is plain data, ``{"kind": "length_words", "relation": "at least", "num_words": 120}``,
+with IFEval's own keyword names for the parameters, so a task file from IFEval maps onto it
+unchanged (:data:`IFEVAL_IDS`). :func:`check` decides one constraint on one reply; ``loose``
+also accepts the reply with markdown ``*`` removed and/or its first or last line dropped, as
+IFEval's loose score does. An empty reply meets nothing (IFEval's rule too).
+
+Where we differ from IFEval's reference checkers on purpose (the agreement test in
+``tests/test_instruct_env.py`` measures every kind against them on real model replies):
+
+* ``length_sentences`` splits sentences with a regular expression, not NLTK's Punkt model
+  (its data is a download); ``capital_words`` counts all-capital words of two letters or more
+  (Punkt-free too, and "I" or "A" opening a sentence is not a capital word);
+* ``postscript`` wants the marker at the start of a line, where IFEval finds ``p.s.`` anywhere;
+* ``lowercase`` / ``uppercase`` do not also ask a language detector whether the reply is English;
+* keywords are matched literally (IFEval compiles them as regular expressions);
+* words are runs of Python's ``\w``: an emoji's variation selector or zero-width joiner is no
+  word (NLTK's tokenizer, which IFEval counts with, makes each one a word);
+* ``language`` denies a reply with nothing to detect (IFEval counts it as followed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Constraint = Mapping[str, Any]
+"""``{"kind": ..., **parameters}``."""
+
+RELATIONS = ("at least", "at most", "less than", "exactly")
+
+IFEVAL_IDS: dict[str, str] = {
+    "length_constraints:number_words": "length_words",
+    "length_constraints:number_sentences": "length_sentences",
+    "length_constraints:number_paragraphs": "length_paragraphs",
+    "length_constraints:nth_paragraph_first_word": "paragraph_first_word",
+    "keywords:existence": "keywords_include",
+    "keywords:forbidden_words": "keywords_forbidden",
+    "keywords:frequency": "keyword_frequency",
+    "keywords:letter_frequency": "letter_frequency",
+    "detectable_format:json_format": "json_format",
+    "detectable_format:number_bullet_lists": "bullets",
+    "detectable_format:title": "title",
+    "detectable_format:number_highlighted_sections": "highlights",
+    "detectable_format:multiple_sections": "sections",
+    "detectable_format:constrained_response": "constrained_response",
+    "detectable_content:postscript": "postscript",
+    "detectable_content:number_placeholders": "placeholders",
+    "change_case:english_lowercase": "lowercase",
+    "change_case:english_capital": "uppercase",
+    "change_case:capital_word_frequency": "capital_words",
+    "punctuation:no_comma": "no_comma",
+    "startend:end_checker": "end_phrase",
+    "startend:quotation": "quotation",
+    "combination:repeat_prompt": "repeat_prompt",
+    "combination:two_responses": "two_responses",
+    "language:response_language": "language",
+}
+"""IFEval's instruction ids (all 25 of the published set) and the kind each maps onto."""
+
+CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
+
+_WORD = re.compile(r"\w+")
+_ABBREVIATIONS = re.compile(r"\b(Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S)\.", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\n\s*\n")
+_BULLET = re.compile(r"^\s*(\*[^*]|-).*$", re.M)
+_HIGHLIGHT = re.compile(r"\*[^\n*]*\*")
+_BOLD = re.compile(r"\*\*[^\n*]*\*\*")
+_PLACEHOLDER = re.compile(r"\[.*?\]")
+_TITLE = re.compile(r"<<[^\n]+>>")
+_CAPITAL_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+
+
+def compare(actual: int, relation: str, target: int) -> bool:
+    """``actual RELATION target`` for IFEval's relations and ours (``at most``, ``exactly``)."""
+    if relation == "at least":
+        return actual >= target
+    if relation == "less than":
+        return actual < target
+    if relation == "at most":
+        return actual <= target
+    if relation == "exactly":
+        return actual == target
+    raise ValueError(f"unknown relation {relation!r}; known: {', '.join(RELATIONS)}")
+
+
+# ---- counting --------------------------------------------------------------------------------
+
+
+def count_words(text: str) -> int:
+    """Runs of word characters: IFEval's count (NLTK's ``RegexpTokenizer(r"\\w+")``)."""
+    return len(_WORD.findall(text))
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences: text ending in ``.``, ``!`` or ``?`` before a space, or a blank line; common
+    abbreviations (``Dr.``, ``e.g.``) do not end one. A piece without a word is no sentence."""
+    masked = _ABBREVIATIONS.sub(lambda m: m.group(0).replace(".", "\0"), text)
+    pieces = (p.replace("\0", ".").strip() for p in _SENTENCE_END.split(masked))
+    return [p for p in pieces if _WORD.search(p)]
+
+
+def star_paragraphs(text: str) -> int | None:
+    """Paragraphs separated by the markdown divider ``***``; ``None`` when one between two is
+    empty (IFEval's rule: an empty paragraph at either end is not counted)."""
+    pieces = re.split(r"\s?\*\*\*\s?", text)
+    inner = pieces[1:-1]
+    if any(not p.strip() for p in inner):
+        return None
+    return sum(1 for p in pieces if p.strip())
+
+
+def blank_line_paragraphs(text: str) -> list[str]:
+    """Paragraphs separated by a blank line (``\\n\\n``), empty ones dropped."""
+    return [p.strip() for p in text.split("\n\n") if p.strip()]
+
+
+def highlights(text: str) -> int:
+    """``*highlighted*`` and ``**bold**`` spans with text inside, counted as IFEval counts them."""
+    single = sum(1 for h in _HIGHLIGHT.findall(text) if h.strip("*").strip())
+    double = sum(1 for h in _BOLD.findall(text) if h[2:-2].strip())
+    return single + double
+
+
+def capital_words(text: str) -> int:
+    """Words of two letters or more written all in capitals."""
+    return sum(1 for w in _CAPITAL_WORD.findall(text) if len(w) > 1 and w.isupper())
+
+
+def keyword_count(keyword: str, text: str) -> int:
+    """Case-blind occurrences of ``keyword`` anywhere (inside longer words too, as IFEval counts)."""
+    return len(re.findall(re.escape(keyword), text, re.I))
+
+
+def json_body(text: str) -> str:
+    """The reply without a surrounding markdown fence (```` ```json ```` … ```` ``` ````)."""
+    body = text.strip()
+    for fence in ("```json", "```Json", "```JSON", "```"):
+        if body.startswith(fence):
+            body = body[len(fence) :]
+            break
+    return body.removesuffix("```").strip()
+
+
+def first_word(paragraph: str) -> str:
+    """The paragraph's first word, lower-cased, without leading quotes and cut at its first
+    punctuation mark (IFEval's reading: "Boyle's" is "boyle")."""
+    words = paragraph.split()
+    return re.split(r"[.,?!'\"]", words[0].lstrip("'\""))[0].lower() if words else ""
+
+
+# ---- one checker per kind --------------------------------------------------------------------
+
+
+def _length_words(text: str, p: Constraint) -> bool:
+    return compare(count_words(text), p["relation"], int(p["num_words"]))
+
+
+def _length_sentences(text: str, p: Constraint) -> bool:
+    return compare(len(sentences(text)), p["relation"], int(p["num_sentences"]))
+
+
+def _length_paragraphs(text: str, p: Constraint) -> bool:
+    return star_paragraphs(text) == int(p["num_paragraphs"])
+
+
+def _paragraph_first_word(text: str, p: Constraint) -> bool:
+    paragraphs = blank_line_paragraphs(text)
+    nth = int(p["nth_paragraph"])
+    if len(paragraphs) != int(p["num_paragraphs"]) or not 1 <= nth <= len(paragraphs):
+        return False
+    return first_word(paragraphs[nth - 1]) == str(p["first_word"]).lower()
+
+
+def _keywords_include(text: str, p: Constraint) -> bool:
+    return all(keyword_count(k, text) > 0 for k in p["keywords"])
+
+
+def _keywords_forbidden(text: str, p: Constraint) -> bool:
+    return not any(re.search(rf"\b{re.escape(w)}\b", text, re.I) for w in p["forbidden_words"])
+
+
+def _keyword_frequency(text: str, p: Constraint) -> bool:
+    return compare(keyword_count(p["keyword"], text), p["relation"], int(p["frequency"]))
+
+
+def _letter_frequency(text: str, p: Constraint) -> bool:
+    return compare(text.lower().count(str(p["letter"]).lower()), p["let_relation"], int(p["let_frequency"]))
+
+
+def _json_format(text: str, p: Constraint) -> bool:
+    try:
+        json.loads(json_body(text))
+    except ValueError:
+        return False
+    return True
+
+
+def _bullets(text: str, p: Constraint) -> bool:
+    return len(_BULLET.findall(text)) == int(p["num_bullets"])
+
+
+def _title(text: str, p: Constraint) -> bool:
+    return any(t.lstrip("<").rstrip(">").strip() for t in _TITLE.findall(text))
+
+
+def _highlights(text: str, p: Constraint) -> bool:
+    return highlights(text) >= int(p["num_highlights"])
+
+
+def _sections(text: str, p: Constraint) -> bool:
+    splitter = re.escape(str(p["section_spliter"]).strip())
+    return len(re.split(rf"\s?{splitter}\s?\d+\s?", text)) - 1 >= int(p["num_sections"])
+
+
+def _constrained_response(text: str, p: Constraint) -> bool:
+    return any(option in text for option in CONSTRAINED_OPTIONS)
+
+
+def _postscript(text: str, p: Constraint) -> bool:
+    marker = r"\.\s?".join(c for c in str(p.get("postscript_marker") or "P.S.") if c.isalnum())
+    return re.search(rf"^\s*{marker}\.?(?!\w)", text, re.I | re.M) is not None
+
+
+def _placeholders(text: str, p: Constraint) -> bool:
+    return len(_PLACEHOLDER.findall(text)) >= int(p["num_placeholders"])
+
+
+def _lowercase(text: str, p: Constraint) -> bool:
+    return text.islower()
+
+
+def _uppercase(text: str, p: Constraint) -> bool:
+    return text.isupper()
+
+
+def _capital_words(text: str, p: Constraint) -> bool:
+    return compare(capital_words(text), p["capital_relation"], int(p["capital_frequency"]))
+
+
+def _no_comma(text: str, p: Constraint) -> bool:
+    return "," not in text
+
+
+def _end_phrase(text: str, p: Constraint) -> bool:
+    return text.strip().strip('"').lower().endswith(str(p["end_phrase"]).strip().lower())
+
+
+def _quotation(text: str, p: Constraint) -> bool:
+    body = text.strip()
+    return len(body) > 1 and body[0] == '"' and body[-1] == '"'
+
+
+def _repeat_prompt(text: str, p: Constraint) -> bool:
+    return text.strip().lower().startswith(str(p["prompt_to_repeat"]).strip().lower())
+
+
+def _two_responses(text: str, p: Constraint) -> bool:
+    parts = text.split("******")
+    if any(not part.strip() for part in parts[1:-1]):
+        return False
+    answers = [part.strip() for part in parts if part.strip()]
+    return len(answers) == 2 and answers[0] != answers[1]
+
+
+def _language(text: str, p: Constraint) -> bool:
+    from langdetect import DetectorFactory, LangDetectException, detect  # optional: pip install 'ludus[instruct]'
+
+    DetectorFactory.seed = 0  # langdetect samples: a fixed seed makes the verdict reproducible
+    try:
+        return detect(text) == p["language"]
+    except LangDetectException:
+        return False  # no letters to detect: deny (IFEval counts it as followed)
+
+
+CHECKERS: dict[str, Callable[[str, Constraint], bool]] = {
+    "length_words": _length_words,
+    "length_sentences": _length_sentences,
+    "length_paragraphs": _length_paragraphs,
+    "paragraph_first_word": _paragraph_first_word,
+    "keywords_include": _keywords_include,
+    "keywords_forbidden": _keywords_forbidden,
+    "keyword_frequency": _keyword_frequency,
+    "letter_frequency": _letter_frequency,
+    "json_format": _json_format,
+    "bullets": _bullets,
+    "title": _title,
+    "highlights": _highlights,
+    "sections": _sections,
+    "constrained_response": _constrained_response,
+    "postscript": _postscript,
+    "placeholders": _placeholders,
+    "lowercase": _lowercase,
+    "uppercase": _uppercase,
+    "capital_words": _capital_words,
+    "no_comma": _no_comma,
+    "end_phrase": _end_phrase,
+    "quotation": _quotation,
+    "repeat_prompt": _repeat_prompt,
+    "two_responses": _two_responses,
+    "language": _language,
+}
+
+
+def language_available() -> bool:
+    """Whether the optional language detector (``langdetect``) is installed."""
+    try:
+        import langdetect  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def loose_variants(text: str) -> list[str]:
+    """IFEval's loose readings of a reply: as written, without markdown ``*``, without its first
+    line, its last line or both, and those without ``*``."""
+    lines = text.split("\n")
+    cut = ["\n".join(lines[1:]).strip(), "\n".join(lines[:-1]).strip(), "\n".join(lines[1:-1]).strip()]
+    return [text, text.replace("*", ""), *cut, *(c.replace("*", "") for c in cut)]
+
+
+def check(constraint: Constraint, text: str, *, loose: bool = False) -> bool:
+    """Whether ``text`` meets ``constraint``; an empty reply (or reading of it) meets nothing."""
+    checker = CHECKERS[constraint["kind"]]
+    readings = loose_variants(text) if loose else [text]
+    return any(r.strip() and checker(r, constraint) for r in readings)
+
+
+def describe(c: Constraint) -> str:
+    """The instruction as the model reads it (IFEval's wording, where it has one)."""
+    kind = c["kind"]
+    if kind == "length_words":
+        return f"Answer with {c['relation']} {c['num_words']} words."
+    if kind == "length_sentences":
+        return f"Your response should contain {c['relation']} {c['num_sentences']} sentences."
+    if kind == "length_paragraphs":
+        return (
+            f"There should be {c['num_paragraphs']} paragraphs. Paragraphs are separated with the markdown divider: ***"
+        )
+    if kind == "paragraph_first_word":
+        return (
+            f"There should be {c['num_paragraphs']} paragraphs. Paragraphs and only paragraphs are separated "
+            f"with each other by two new lines. Paragraph {c['nth_paragraph']} must start with word "
+            f"{c['first_word']}."
+        )
+    if kind == "keywords_include":
+        return f"Include keywords {', '.join(c['keywords'])} in the response."
+    if kind == "keywords_forbidden":
+        return f"Do not include keywords {', '.join(c['forbidden_words'])} in the response."
+    if kind == "keyword_frequency":
+        return f"In your response, the word {c['keyword']} should appear {c['relation']} {c['frequency']} times."
+    if kind == "letter_frequency":
+        return f"In your response, the letter {c['letter']} should appear {c['let_relation']} {c['let_frequency']} times."  # fmt: skip
+    if kind == "bullets":
+        return (
+            f"Your answer must contain exactly {c['num_bullets']} bullet points. "
+            "Use the markdown bullet points such as:\n* This is point 1.\n* This is point 2"
+        )
+    if kind == "highlights":
+        return (
+            f"Highlight at least {c['num_highlights']} sections in your answer with markdown, "
+            "i.e. *highlighted section*."
+        )
+    if kind == "sections":
+        splitter = c["section_spliter"]
+        return (
+            f"Your response must have {c['num_sections']} sections. Mark the beginning of each section "
+            f"with {splitter} X, such as:\n{splitter} 1\n[content of section 1]\n{splitter} 2\n[content of section 2]"
+        )
+    if kind == "postscript":
+        return f"At the end of your response, please explicitly add a postscript starting with {c['postscript_marker']}"
+    if kind == "placeholders":
+        return (
+            f"The response must contain at least {c['num_placeholders']} placeholders represented by "
+            "square brackets, such as [address]."
+        )
+    if kind == "capital_words":
+        return (
+            f"In your response, words with all capital letters should appear {c['capital_relation']} "
+            f"{c['capital_frequency']} times."
+        )
+    if kind == "end_phrase":
+        return f"Finish your response with this exact phrase {c['end_phrase']}. No other words should follow this phrase."  # fmt: skip
+    if kind == "repeat_prompt":
+        return (
+            "First repeat the request word for word without change, then give your answer "
+            "(1. do not say any words or characters before repeating the request; "
+            "2. the request you need to repeat does not include this sentence)"
+        )
+    if kind == "language":
+        return f"Your ENTIRE response should be in {c['language']} language, no other language is allowed."
+    return FIXED_DESCRIPTIONS[kind]
+
+
+FIXED_DESCRIPTIONS: dict[str, str] = {
+    "json_format": "Entire output should be wrapped in JSON format. You can use markdown ticks such as ```.",
+    "title": "Your answer must contain a title, wrapped in double angular brackets, such as <<poem of joy>>.",
+    "constrained_response": "Answer with one of the following options: " + ", ".join(CONSTRAINED_OPTIONS),
+    "lowercase": (
+        "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed."
+    ),
+    "uppercase": "Your entire response should be in English, and in all capital letters.",
+    "no_comma": "In your entire response, refrain from the use of any commas.",
+    "quotation": "Wrap your entire response with double quotation marks.",
+    "two_responses": (
+        "Give two different responses. Responses and only responses should be separated by 6 asterisk symbols: ******."
+    ),
+}
