@@ -66,6 +66,39 @@ def test_quality_counts_key_points_or_distinct_words():
     assert quality(" ".join(f"word{'x' * i}" for i in range(50)), None) == 1.0
 
 
+def test_quality_is_coverage_times_precision_so_padding_earns_nothing():
+    # every clause on a point: precision 1, whatever the punctuation or an "In short:" prefix
+    assert quality("In short: apples; pears; plums.", REFERENCE) == 1.0
+    assert quality("Apples! Pears? Plums.\n\n", REFERENCE) == 1.0  # empty clauses are not clauses
+    assert quality("apples - pears -- plums", REFERENCE) == 1.0  # one clause
+    # clauses off every point dilute it: coverage x on-point clauses / clauses
+    assert quality("apples. pears. plums. figs.", REFERENCE) == pytest.approx(3 / 4)
+    assert quality("apples. pears. figs.", REFERENCE) == pytest.approx(2 / 3 * 2 / 3)
+    # below half the clauses on a point: 0, full coverage or not
+    assert quality("nuts or apples pears plums or figs", REFERENCE) == 0.0  # the hedge 'a or GOLD or b'
+    assert quality("apples. pears. figs. nuts.", REFERENCE) == pytest.approx(2 / 3 * 2 / 4)  # exactly half: kept
+    assert quality("apples pears plums. figs. nuts.", REFERENCE) == 0.0
+    assert quality("figs\napples pears plums\nnuts\nOr dates", REFERENCE) == 0.0  # line breaks and 'or' cut too
+    assert quality("orbits, oranges and apples pears plums", REFERENCE) == 1.0  # 'or' only as a word
+    # restating a point already made is padding too: the gold after its own words reshuffled earns nothing
+    assert quality("apples pears plums. apples. pears.", REFERENCE) == 0.0
+    assert quality("plums pears apples. pears. apples.", REFERENCE) == 0.0
+    gold, other = "In short: apples; pears; plums.", "In short: figs; dates; nuts."
+    shuffled = " ".join(gold.split()[::-1])  # the redteam's first wrong answer: 'plums. pears; apples; short: In'
+    for hedge in (f"{shuffled} or {gold} or {other}", f"{shuffled}, {gold}, {other}", f"{shuffled}\n{gold}\n{other}"):
+        assert quality(hedge, REFERENCE) == 0.0, hedge
+    # a point that itself holds a cut mark still counts as one mention
+    assert quality("Pi is 3.14.", "3.14") == 1.0
+    assert quality("It is more or less right.", "- more or less") == 1.0
+
+
+def test_padding_costs_the_verdict(judge):
+    assert verdict(judge("single", ["apples pears plums"]))["score"] == 10
+    padded = verdict(judge("single", ["nuts or apples pears plums or figs"]))
+    assert padded["score"] == 0 and "1/3 clauses" in padded["rationale"]
+    assert verdict(judge("pairwise", ["figs or apples pears plums or nuts", "apples"]))["winner"] == "B"
+
+
 def test_the_three_modes_score_by_quality(judge):
     single = verdict(judge("single", ["apples and pears"]))
     assert single["score"] == 7 and "apples" in single["rationale"]
@@ -212,6 +245,21 @@ def test_concurrent_requests_are_counted_exactly(judge):
         thread.join()
     stats = judge.server.stats()
     assert (stats["requests"], stats["single"], stats["malformed"]) == (20, 20, 5)
+
+
+def test_max_in_flight_counts_requests_answered_at_once(judge):
+    judge("single", ["apples"], model="scripted?delay=0.05")
+    judge("single", ["pears"], model="scripted?delay=0.05")
+    assert judge.server.stats()["max_in_flight"] == 1  # one after the other
+    threads = [
+        threading.Thread(target=judge, args=("single", [f"plums {i}"]), kwargs={"model": "scripted?delay=0.5"})
+        for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert judge.server.stats()["max_in_flight"] == 4
 
 
 def test_openai_policy_end_to_end():

@@ -154,7 +154,10 @@ class Judge:
     serve-model``, any hosted API) or a local :class:`Policy`. ``reference`` names where a task's
     reference for the judge is: ``None``, ``"answer"`` (``task.answer``) or a key of ``task.info``.
     A completion longer than ``max_response_chars`` is cut (and the judge told so): a flood of
-    text is not a way to wear the judge down.
+    text is not a way to wear the judge down. ``concurrency`` bounds this judge's requests in
+    flight; ``timeout_s`` is each HTTP attempt's limit (the client retries a failing server twice
+    with back-off, and a malformed verdict is asked again up to ``retries`` times, sampling at
+    temperature 0.7 or more since a greedy judge would repeat itself).
     """
 
     def __init__(
@@ -198,12 +201,17 @@ class Judge:
                 model, model_name, api_key=api_key, timeout_s=timeout_s, concurrency=concurrency, max_retries=2
             )
         self.policy: Policy = model
+        # what the cache keys verdicts by: the server and its model, never another judge's verdicts
+        where = getattr(model, "base_url", None)
         self.model_id = str(getattr(model, "model", None) or model_name or type(model).__name__)
+        self.model_id = f"{where}#{self.model_id}" if where else self.model_id
         self.criteria, self.scale, self.examples = criteria.strip(), (lo, hi), list(examples)
         self.reference, self.samples, self.aggregate = reference, samples, aggregate
         self.sampling = SamplingParams(
             temperature=(0.0 if samples == 1 else 0.7) if temperature is None else temperature, max_tokens=max_tokens
         )
+        self.retry_sampling = SamplingParams(temperature=max(self.sampling.temperature, 0.7), max_tokens=max_tokens)
+        self.concurrency = concurrency
         self.retries, self.pass_at, self.timeout_s = retries, pass_at, timeout_s
         self.max_response_chars = max_response_chars
         self.stats: Counter[str] = Counter()
@@ -213,6 +221,7 @@ class Judge:
             self._cache |= _read_cache(self._cache_file)
         self._inflight: dict[str, asyncio.Future[Verdict]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._semaphore: asyncio.Semaphore | None = None  # made on the judge's loop
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -256,6 +265,7 @@ class Judge:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+        self._semaphore = None
 
     # ---- the work, on the judge's loop ------------------------------------------------------
 
@@ -341,9 +351,12 @@ class Judge:
         problems = []
         for attempt in range(self.retries + 1):
             generator = torch.Generator().manual_seed(int(key[:12], 16) + attempt)
+            # a greedy judge repeats a malformed reply word for word: a retry samples
+            sampling = self.sampling if attempt == 0 else self.retry_sampling
             self.stats["requests"] += 1
             try:
-                [completion] = await self.policy.agenerate([messages], self.sampling, generator=generator)
+                async with self._limit():
+                    [completion] = await self.policy.agenerate([messages], sampling, generator=generator)
             except PolicyError as exc:
                 self.stats["server_failures"] += 1
                 raise InfraError(f"the judge ({self.model_id}) did not answer: {exc}") from exc
@@ -388,6 +401,12 @@ class Judge:
             return response
         cut = len(response) - self.max_response_chars
         return response[: self.max_response_chars] + f"\n[… the response goes on for {cut} more characters, not shown]"
+
+    def _limit(self) -> asyncio.Semaphore:
+        """The bound on this judge's requests in flight, for local models as for servers."""
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.concurrency)
+        return self._semaphore
 
     def _normalise(self, raw: float) -> float:
         lo, hi = self.scale

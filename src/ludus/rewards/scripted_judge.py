@@ -44,6 +44,9 @@ _SCALE = re.compile(r"Scale:\s*(-?\d+)\s+to\s+(-?\d+)")
 _REFERENCE = re.compile(r"<reference>\n?(.*?)\n?</reference>", re.DOTALL)
 _RESPONSE = re.compile(r'<response id="(\w+)">\n?(.*?)\n?</response>', re.DOTALL)
 _WORD = re.compile(r"\b[^\W\d_]{4,}\b")
+_CLAUSE = re.compile(r"[.;!?\n]|\bor\b")
+_MARK, _POINT = "\x00", 0xE000  # a key point n found in the text becomes _MARK + chr(_POINT + n)
+MIN_PRECISION = 0.5  # a response whose clauses are mostly off every key point scores 0
 
 
 # ---- scoring ---------------------------------------------------------------------------------
@@ -70,13 +73,49 @@ def _assess(response: str, reference: str | None) -> tuple[float, str]:
     text = _normalise(response)
     found = [p for p in points if p in text]
     named = f" ({', '.join(_short(p) for p in found)})" if found else ""
-    return len(found) / len(points), f"{len(found)}/{len(points)} key points{named}"
+    on_point, clauses = _precision(response, points)
+    precision = on_point / clauses if clauses else 0.0
+    note = f"{len(found)}/{len(points)} key points{named}, {on_point}/{clauses} clauses on a point"
+    if precision < MIN_PRECISION:
+        return 0.0, note + " (padded: below half)"
+    return len(found) / len(points) * precision, note
+
+
+def _precision(response: str, points: list[str]) -> tuple[int, int]:
+    """How many of the response's clauses make a key point, and how many clauses it has.
+
+    The text is cut into clauses at ``.``, ``;``, ``!``, ``?``, line breaks and the word ``or``
+    (each key point's occurrences are marked first, so a point that itself holds a ``.`` or an
+    ``or`` is not cut); a clause with no letter or digit is not one. A clause makes a point when
+    it mentions a key point no earlier clause mentioned: restating is padding too, or the gold
+    with its own words shuffled in front of it ("moon the of half orbit; sunlight") would pass
+    for precise."""
+    text = "\n".join(" ".join(line.split()) for line in response.lower().splitlines())
+    for number, point in sorted(enumerate(points), key=lambda item: -len(item[1])):
+        text = text.replace(point, _MARK + chr(_POINT + number))
+    made: set[str] = set()
+    on_point = clauses = 0
+    for clause in _CLAUSE.split(text):
+        mentioned = {clause[i + 1] for i, ch in enumerate(clause) if ch == _MARK}
+        if not mentioned and not any(ch.isalnum() for ch in clause):
+            continue
+        clauses += 1
+        on_point += bool(mentioned - made)
+        made |= mentioned
+    return on_point, clauses
 
 
 def quality(response: str, reference: str | None) -> float:
-    """How good ``response`` is, in [0, 1]: the fraction of the reference's key points (its
-    ``- `` lines) it contains, case- and whitespace-insensitively; without a reference, its
-    distinct words of four or more letters over 40 — a crude but predictable stand-in for effort."""
+    """How good ``response`` is, in [0, 1].
+
+    With a reference: coverage × precision. Coverage is the fraction of the reference's key
+    points (its ``- `` lines) the response contains, case- and whitespace-insensitively;
+    precision is the fraction of its clauses (cut at ``.``, ``;``, ``!``, ``?``, line breaks and
+    the word "or") that mention a key point no earlier clause mentioned, and below one half the
+    quality is 0 — a hedge that pads the right answer with other answers ("X or <the answer> or
+    Y") or with its own words reshuffled earns nothing.
+    Without a reference: its distinct words of four or more letters over 40 — a crude but
+    predictable stand-in for effort."""
     return _assess(response, reference)[0]
 
 
@@ -331,7 +370,8 @@ class ScriptedJudgeServer:
     def __init__(self, port: int = 0):
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}  # content hash -> requests so far
-        self._stats = dict.fromkeys(("requests", *MODES, "failed", "malformed", "refused"), 0)
+        self._stats = dict.fromkeys(("requests", *MODES, "failed", "malformed", "refused", "max_in_flight"), 0)
+        self._in_flight = 0
         self._http = _HTTPServer(self, port)
         self.url = f"http://127.0.0.1:{self._http.server_address[1]}/v1"
         self._thread = threading.Thread(
@@ -347,7 +387,9 @@ class ScriptedJudgeServer:
 
     def stats(self) -> dict[str, int]:
         """Counts of chat-completion requests: ``requests`` (all of them), one per mode (the readable
-        ones), ``failed`` (HTTP 500), ``malformed`` (verdicts broken on purpose), ``refused`` (4xx)."""
+        ones), ``failed`` (HTTP 500), ``malformed`` (verdicts broken on purpose), ``refused`` (4xx);
+        and ``max_in_flight``, the most readable requests it was answering at once (a client's
+        concurrency bound, measured without a clock)."""
         with self._lock:
             return dict(self._stats)
 
@@ -382,14 +424,20 @@ class ScriptedJudgeServer:
             self._stats["failed"] += failed
             self._stats["malformed"] += malformed
             number = self._stats["requests"]
-        time.sleep(options.delay)
-        if failed:
-            return 500, _error(500, f"scripted failure {attempt + 1} of {options.fail} for this content")
-        seed = body.get("seed")
-        verdict = _verdict(prompt, options, key, seed if isinstance(seed, int) else 0)
-        if malformed:
-            kind = MALFORMED_KINDS[(int(key[:8], 16) + attempt - options.fail) % len(MALFORMED_KINDS)]
-            content = _malformed(verdict, prompt, kind)
-        else:
-            content = json.dumps(verdict)
+            self._in_flight += 1
+            self._stats["max_in_flight"] = max(self._stats["max_in_flight"], self._in_flight)
+        try:
+            time.sleep(options.delay)
+            if failed:
+                return 500, _error(500, f"scripted failure {attempt + 1} of {options.fail} for this content")
+            seed = body.get("seed")
+            verdict = _verdict(prompt, options, key, seed if isinstance(seed, int) else 0)
+            if malformed:
+                kind = MALFORMED_KINDS[(int(key[:8], 16) + attempt - options.fail) % len(MALFORMED_KINDS)]
+                content = _malformed(verdict, prompt, kind)
+            else:
+                content = json.dumps(verdict)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
         return 200, _chat_completion(number, body["model"], body["messages"], content)
