@@ -175,6 +175,8 @@ def test_an_environment_takes_a_rubric_from_its_arguments():
     assert env.step("no idea").score.components["correct"] == 0.0
     with pytest.raises(ValueError, match="takes no options"):
         registry.make("arithmetic", rubric=[{"function": "env", "options": {"x": 1}}])
+    # scored inline on the engine's loop only while every criterion is known to be quick
+    assert env.quick is False and registry.make("arithmetic", rubric=[{"function": "env", "weight": 2}]).quick
 
 
 def test_an_environment_grading_in_its_own_transition_refuses_a_rubric():

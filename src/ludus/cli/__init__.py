@@ -1,4 +1,5 @@
-"""The ``ludus`` command: ``train``, ``eval``, ``warmstart``, ``verify``, ``serve-model``, ``envs``, ``check``, ``doctor``.
+"""The ``ludus`` command: ``train``, ``eval``, ``warmstart``, ``train-rm``, ``verify``, ``serve-model``, ``envs``, ``check``,
+``doctor``.
 
 Every error a user can cause (a bad config value, an unknown environment, a malformed task
 file) ends in one plain sentence on stderr and exit code 2, never a traceback.
@@ -20,6 +21,7 @@ from ludus.cli.common import CommandParser
 COMMANDS = (
     "train",
     "warmstart",
+    "train_rm",
     "verify",
     "serve",
     "serve_env",

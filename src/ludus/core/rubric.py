@@ -239,6 +239,10 @@ def apply_rubric(env: Env, spec: Sequence[Mapping[str, Any]]) -> Env:
             f"environment {env.name!r} grades in its own transition, not through score(task, completion), so a "
             "rubric cannot replace its grade; rubrics apply to SingleTurnEnv and ToolEnv environments"
         )
-    rubric = Rubric.from_config(spec, functions={"env": env.score})
+    own = env.score
+    rubric = Rubric.from_config(spec, functions={"env": own})
     env.score = rubric.score  # type: ignore[method-assign]  # this instance only
+    # a judge or a reward model waits on a server or a batch: such an environment is no longer
+    # quick (scored inline on the engine's event loop) unless every criterion says it is
+    env.quick = env.quick and all(c.fn is own or getattr(c.fn, "quick", False) for c in rubric.criteria)  # type: ignore[misc]
     return env
