@@ -1,7 +1,7 @@
 """Reward-model training: Ludus (``ludus.train.reward_model``) beside TRL's ``RewardTrainer``, same model, same data.
 
 Both train a one-label sequence-classification head on the same tiny transformers Llama
-(built here, with its own byte-level BPE tokenizer and chat template: nothing is downloaded),
+(the tests' ``build_hf_checkpoint``: a byte-level BPE tokenizer and a chat template, nothing downloaded),
 from the same initial weights, on the same conversational preference pairs, with the same
 epochs, batch size, learning rate and optimizer (AdamW, constant rate, no warm-up, gradient
 clipping at 1). Reported: training throughput (pairs per second of training loop, data
@@ -20,18 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import build_hf_checkpoint  # noqa: E402 - the tests' tiny Llama, made without a download
 
 WORDS = "apple river stone cloud maple tiger lemon otter piano quilt robin sugar amber cedar delta ember".split()
-TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
-    "{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}{{ '\\n' }}{% endfor %}"
-)
 
 
 def preference_rows(n: int, seed: int) -> list[dict]:
@@ -50,43 +49,6 @@ def preference_rows(n: int, seed: int) -> list[dict]:
             }
         )
     return rows
-
-
-def build_checkpoint(folder: Path, texts: list[str]) -> Path:
-    """A 2-layer Llama (hidden 64) and a byte-level BPE tokenizer trained on the data's own text."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    special = ["<pad>", "<s>", "</s>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=special,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(texts, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    tokenizer.chat_template = TEMPLATE
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def run_ludus(checkpoint: Path, train: list[dict], held_out: list[dict], args: argparse.Namespace) -> dict:
@@ -181,8 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     hf_logging.set_verbosity_error()
     rows = preference_rows(args.pairs + args.held_out, args.seed)
     train, held_out = rows[: args.pairs], rows[args.pairs :]
-    texts = [m["content"] for r in rows[:500] for key in ("prompt", "chosen", "rejected") for m in r[key]]
-    checkpoint = build_checkpoint(Path(tempfile.mkdtemp()) / "llama", texts)
+    checkpoint = build_hf_checkpoint(Path(tempfile.mkdtemp()) / "llama", context=128, head_dim=16)  # hidden 64
     print(
         f"{args.pairs} training pairs, {args.held_out} held out; {args.epochs} epochs of batch {args.batch_size}, "
         f"lr {args.lr}; a 2-layer Llama (hidden 64); torch threads {torch.get_num_threads()}"
