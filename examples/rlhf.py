@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # ---- 3. GRPO on the reward model, the true metric measured beside it ----------------------
     rubric = [
-        # no wait for company: the arithmetic environment is quick, so episodes are scored one after another
+        # wait_ms 0: score whatever has arrived at once; calls that come while a batch runs form the next one
         {"function": "rm", "options": {"path": str(rm_dir), "wait_ms": 0}, "name": "rm"},
         # weight 0: measured, not rewarded. This file is importable as `rlhf` (Python puts a script's folder on sys.path)
         {"function": f"{Path(__file__).stem}:true_metric", "name": "true", "weight": 0},
