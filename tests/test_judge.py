@@ -116,6 +116,8 @@ def test_parse_verdict_accepts_each_mode_and_fractional_scores():
         ('{"scores": {"A": 1, "B": 2, "C": 3}, "rationale": "x"}', "group", "exactly the ids"),
         ('{"scores": [1, 2], "rationale": "x"}', "group", "exactly the ids"),
         ('{"scores": {"A": 1, "B": 99}, "rationale": "x"}', "group", "outside the scale"),
+        ('{"score": 1, "score": 10, "rationale": "x"}', "single", "repeats the key"),  # json keeps the last
+        ('{"scores": {"A": 1, "A": 9, "B": 2}, "rationale": "x"}', "group", "repeats the key"),
         ('{"winner": "C", "rationale": "x"}', "pairwise", "winner must be"),
         ('{"winner": "a", "rationale": "x"}', "pairwise", "winner must be"),
         ('{"score": 1, "rationale": "a"} {"score": 9, "rationale": "b"}', "single", "not a JSON object"),

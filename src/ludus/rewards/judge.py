@@ -108,7 +108,9 @@ def parse_verdict(text: str, mode: Mode, scale: tuple[int, int], ids: Sequence[s
     if fenced:
         body = fenced.group(1).strip()
     try:
-        data = json.loads(body)
+        data = json.loads(body, object_pairs_hook=_no_repeated_keys)
+    except MalformedVerdict:
+        raise
     except ValueError:
         raise MalformedVerdict(f"not a JSON object: {text.strip()[:120]!r}") from None
     key = {"single": "score", "pairwise": "winner", "group": "scores"}[mode]
@@ -128,6 +130,15 @@ def parse_verdict(text: str, mode: Mode, scale: tuple[int, int], ids: Sequence[s
         got = sorted(scores) if isinstance(scores, dict) else type(scores).__name__
         raise MalformedVerdict(f"scores must have exactly the ids {list(ids)}, got {got}")
     return Verdict(data["rationale"], scores={i: _in_scale(scores[i], scale, f"score of {i}") for i in ids})
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A verdict that gives a key twice contradicts itself (json would keep the last silently)."""
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise MalformedVerdict(f"the verdict repeats the key(s) {repeated}")
+    return dict(pairs)
 
 
 def _in_scale(value: Any, scale: tuple[int, int], what: str) -> float:
