@@ -403,3 +403,25 @@ def test_agreement_with_ifevals_reference_checkers_on_real_replies() -> None:
                 pytest.fail(f"{iid} disagrees with IFEval on {text[:200]!r} with {kwargs}: ours {ours}")
     total = sum(c for c, _ in tally.values())
     assert sum(w for _, w in tally.values()) / total < 0.01
+
+
+# ---- hostile replies: the checkers stay linear and never raise ------------------------------------
+
+
+def test_title_and_placeholders_count_exactly_as_ifeval_s_regexes_without_their_backtracking():
+    """Both were IFEval's regexes, which backtrack quadratically (a reply of 100,000 ``[`` took
+    36 s); the hand-written scans must agree with them on every string."""
+    from ludus.envs.instruct.constraints import placeholders
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        text = "".join(rng.choice("[]<> a\n") for _ in range(rng.randint(0, 24)))
+        assert placeholders(text) == len(re.findall(r"\[.*?\]", text)), text
+        titled = any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", text))
+        assert check({"kind": "title"}, text) == titled, text
+    assert placeholders("[" * 100_000) == 0 and not check({"kind": "title"}, "<<" * 50_000)
+
+
+def test_json_nested_past_the_parser_s_depth_is_not_json_rather_than_a_grader_crash():
+    for deep in ("[" * 100_000, '{"a":' * 20_000 + "1" + "}" * 20_000):
+        assert check({"kind": "json_format"}, deep) is False
