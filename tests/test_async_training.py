@@ -18,6 +18,7 @@ from ludus.policies.base import SamplingParams
 from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.rollout.hosts import ThreadHost
 from ludus.train.config import ConfigError, TrainConfig, load_config
+from ludus.train.curriculum import Arm, TaskPicker
 from ludus.train.grpo import policy_loss
 from ludus.train.sampler import AheadSampler, StreamPosition, admits, pick_batch
 from ludus.train.trainer import Trainer
@@ -186,14 +187,15 @@ def test_sampler_keeps_the_bound_with_real_threads_and_replays_what_a_checkpoint
     def sampler(first_step: int, first_group: int, replay: list[int]) -> AheadSampler:
         config = TrainConfig(prompts_per_step=per_step, group_size=size, max_staleness=staleness)
         start = StreamPosition(first_step, first_group, tuple(replay))
-        return AheadSampler(policy, _JitterEnv, _CountTasks(), SamplingParams(max_tokens=2), config, host, start)
+        picker = TaskPicker([([Arm("jitter", None, _JitterEnv, _CountTasks(), ())], 1.0)])
+        return AheadSampler(policy, _JitterEnv, picker, SamplingParams(max_tokens=2), config, host, start)
 
     trained: list[int] = []
     first = sampler(0, 0, [])
     first.start()
     try:
         for step in range(6):
-            groups = first.take(step, timeout_s=60)
+            groups = [group for _, group in first.take(step, timeout_s=60)]
             assert len(groups) == per_step and all(len(g) == size for g in groups)
             for group in groups:
                 assert len({t.info["group"] for t in group}) == 1
@@ -215,7 +217,7 @@ def test_sampler_keeps_the_bound_with_real_threads_and_replays_what_a_checkpoint
     second.start()
     try:
         for step in range(6, 9):
-            trained += [int(g[0].info["group"]) for g in second.take(step, timeout_s=60)]
+            trained += [int(g[0].info["group"]) for _, g in second.take(step, timeout_s=60)]
             policy.version = step + 1
             second.advance(policy)
     finally:

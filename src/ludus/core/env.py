@@ -61,6 +61,9 @@ class Env(ABC):
     # True when reset and step are quick pure-Python calls that never block (no I/O, no
     # subprocess): the rollout engine then runs them on its event loop, without a thread hop
     quick: ClassVar[bool] = False
+    # the values ``difficulty=`` accepts, easiest first (empty: the environment has no levels);
+    # the trainer's adaptive curriculum (train/curriculum.py) moves a run through them
+    difficulty_levels: ClassVar[tuple[int, ...]] = ()
 
     def __init__(self, tasks: TaskSource | None = None):
         self._tasks = tasks

@@ -45,16 +45,23 @@ StopHook = Callable[[Trajectory, StepResult], Score | None]
 @dataclass(frozen=True)
 class EpisodeRequest:
     """One episode to run. ``key`` names it in the output (and for resume); ``group`` gathers
-    the G samples of one task for GRPO."""
+    the G samples of one task for GRPO. ``env`` makes its environment when the episode is not
+    the engine's own environment's (a mixture of environments in one run)."""
 
     task: Task
     seed: int = 0
     key: str = ""
     group: str = ""
+    env: Callable[[], Env] | None = None
 
 
 def requests(
-    tasks: Iterable[Task], group_size: int = 1, *, first: int = 0, numbered: bool = False
+    tasks: Iterable[Task],
+    group_size: int = 1,
+    *,
+    first: int = 0,
+    numbered: bool = False,
+    env: Callable[[], Env] | None = None,
 ) -> Iterator[EpisodeRequest]:
     """``group_size`` requests per task: the one way episodes are numbered, keyed and seeded.
 
@@ -62,13 +69,13 @@ def requests(
     so a stream of groups cut anywhere (a training step, a resume, a sampler running ahead) draws
     the same seeds. A group is named by its task's id (keys ``<task id>#<k>``: evaluation, where
     each task appears once), or with ``numbered`` by its number (keys ``<n>#<k>``: a training
-    stream, in which a finite dataset comes round again)."""
+    stream, in which a finite dataset comes round again). ``env``: see :class:`EpisodeRequest`."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     for i, task in enumerate(tasks, start=first):
         group = str(i) if numbered else task.id
         for k in range(group_size):
-            yield EpisodeRequest(task, seed=i * group_size + k, key=f"{group}#{k}", group=group)
+            yield EpisodeRequest(task, seed=i * group_size + k, key=f"{group}#{k}", group=group, env=env)
 
 
 def sample_index(trajectory: Trajectory) -> int:
@@ -222,7 +229,7 @@ class RolloutEngine:
         self.host = host
         self.stop_when = stop_when
         self.generator = generator
-        self._quick_factory = False
+        self._quick_factories: set[Callable[[], Env]] = set()
         self.stats: dict[str, float] = {}
 
     # ---- public API ----
@@ -345,11 +352,14 @@ class RolloutEngine:
     async def _attempt(
         self, order: int, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
     ) -> None:
-        # once the factory has made a quick environment, opening one is quick too: no timer
-        env: EnvSession = await self._env_call("create", host.open(self.env_factory), self._quick_factory)
+        # once a factory has made a quick environment, opening one is quick too: no timer
+        factory = request.env or self.env_factory
+        env: EnvSession = await self._env_call("create", host.open(factory), factory in self._quick_factories)
         try:
             trajectory.env = env.name
-            quick = self._quick_factory = bool(getattr(env, "quick", False))
+            quick = bool(getattr(env, "quick", False))
+            if quick:
+                self._quick_factories.add(factory)
             obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed), quick)
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
             while True:

@@ -40,6 +40,24 @@ class TrainConfig:
     # environment and tasks
     env: str = "arithmetic"
     env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+", "digit_credit": 0.5})
+    # several environments in one run (docs/curriculum.md): a list of {name, args, weight, label}; each group is
+    # drawn from one of them by weight, with metrics and held-out evaluation per environment. Empty: env alone
+    envs: list[dict[str, Any]] = field(default_factory=list)
+    # adaptive curriculum over each environment's difficulty levels (train/curriculum.py): groups come from a
+    # current level, promoted when its recent success rate is above the band, demoted when below it; a share
+    # `curriculum_review` of groups reviews the levels below. Levels: the environment's own (empty) or these,
+    # easiest first; the run starts at the first
+    curriculum: bool = False
+    curriculum_levels: list[int] = field(default_factory=list)
+    curriculum_band: list[float] = field(default_factory=lambda: [0.1, 0.8])
+    curriculum_window: int = 16  # groups per level a promotion or demotion reads
+    curriculum_review: float = 0.2
+    # re-ask, for this fraction of groups, a task whose last group had reward variance (at most 3 times)
+    revisit: float = 0.0
+    # DAPO dynamic sampling (Yu et al., 2025): a step trains only on groups whose rewards differ, sampling more
+    # groups until it has prompts_per_step of them or has sampled dynamic_sampling_rounds times as many
+    dynamic_sampling: bool = False
+    dynamic_sampling_rounds: int = 3
     env_threads: int = 32  # environment calls at once (slow ones: sandboxes, servers); quick procedural ones need none
     # where the environments run: threads here (default); env servers started with `ludus serve-env ENV`
     # (comma-separated URLs, sessions spread over them; a token comes from $LUDUS_ENV_TOKEN, never from a
@@ -122,6 +140,8 @@ class TrainConfig:
             "warmstart_batch",
             "env_threads",
             "ray_actors",
+            "curriculum_window",
+            "dynamic_sampling_rounds",
         ]
         for name in positive:
             if getattr(self, name) < 1:
@@ -176,6 +196,60 @@ class TrainConfig:
                 raise ConfigError(f"config field 'env_server' holds addresses like http://HOST:PORT, got {url!r}")
         self._validate_model()
         self._validate_rollout_server()
+        self._validate_tasks()
+
+    def _validate_tasks(self) -> None:
+        """The mixture's entries and the curriculum's settings (the environments themselves are
+        checked when the run makes them)."""
+        labels: list[str] = []
+        for i, entry in enumerate(self.envs):
+            where = f"config field 'envs' entry {i}"
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise ConfigError(f"{where} must be a mapping with a name, e.g. {{name: countdown, weight: 2}}")
+            unknown = set(entry) - {"name", "args", "weight", "label"}
+            if unknown:
+                raise ConfigError(f"{where} has unknown keys {sorted(unknown)}; it takes name, args, weight, label")
+            if not isinstance(entry.get("args", {}), dict):
+                raise ConfigError(f"{where}: args must be a mapping of the environment's constructor arguments")
+            weight = entry.get("weight", 1.0)
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+                raise ConfigError(f"{where}: weight must be a number > 0, got {weight!r}")
+            labels.append(str(entry.get("label", entry["name"])))
+        if len(set(labels)) < len(labels):
+            raise ConfigError(
+                f"config field 'envs' names an environment twice ({labels}); give the entries distinct labels"
+            )
+        if self.envs and (self.env_servers or self.ray):
+            raise ConfigError("config field 'envs' (a mixture) runs environments in threads here; drop env_server/ray")
+        low_high = self.curriculum_band
+        if len(low_high) != 2 or not 0 <= low_high[0] < low_high[1] <= 1:
+            raise ConfigError(
+                f"config field 'curriculum_band' must be [low, high] with 0 <= low < high <= 1, got {low_high}"
+            )
+        if not 0 <= self.curriculum_review < 1:
+            raise ConfigError(f"config field 'curriculum_review' must be in [0, 1), got {self.curriculum_review}")
+        if not 0 <= self.revisit < 1:
+            raise ConfigError(f"config field 'revisit' must be in [0, 1), got {self.revisit}")
+        if self.curriculum and self.env_servers:
+            raise ConfigError(
+                "config field 'curriculum' makes the environment at each difficulty level here; an env server "
+                "serves one fixed set of env_args: drop env_server or the curriculum"
+            )
+        if self.curriculum_levels and not self.curriculum:
+            raise ConfigError("config field 'curriculum_levels' applies with curriculum: true")
+
+    def env_entries(self) -> list[dict[str, Any]]:
+        """The run's environments as ``{name, args, weight, label}``: ``envs``, or ``env`` alone."""
+        entries = self.envs or [{"name": self.env, "args": self.env_args}]
+        return [
+            {
+                "name": e["name"],
+                "args": dict(e.get("args", {})),
+                "weight": float(e.get("weight", 1.0)),
+                "label": str(e.get("label", e["name"])),
+            }
+            for e in entries
+        ]
 
     @property
     def env_servers(self) -> list[str]:
@@ -280,6 +354,21 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise fail("a mapping (key: value pairs)")
         return dict(value)
+    if origin is list:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise fail("a list")
+        item = get_args(hint)[0]
+        for x in value:
+            ok = (
+                isinstance(x, dict)
+                if get_origin(item) is dict
+                else isinstance(x, (int, float)) and not isinstance(x, bool)
+            )
+            if not ok or (item is int and not isinstance(x, int)):
+                raise fail(f"a list of {'mappings' if get_origin(item) is dict else item.__name__ + 's'}")
+        return [float(x) for x in value] if item is float else list(value)
     if origin in (types.UnionType, typing.Union):  # pragma: no cover - no such fields yet
         return value
     raise AssertionError(f"unhandled config type {hint} for {name}")  # pragma: no cover
@@ -317,6 +406,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         parsed = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in overrides.items()}
         _apply(config, parsed, " (from the command line)")
         given |= set(parsed)
+    if config.envs and (config.env, config.env_args) != (TrainConfig.env, TrainConfig().env_args):
+        raise ConfigError("config fields 'env'/'env_args' and 'envs' both name the run's environments: keep one")
     if "env" in given and "env_args" not in given and config.env != TrainConfig.env:
         config.env_args = {}  # the default env_args belong to the default environment
     config.validate()

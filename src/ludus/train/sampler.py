@@ -19,7 +19,9 @@ deadline met without dropping a slow, hard task:
   finished) can still be used by its deadline: fewer than ``(v + max_staleness − next + 1) ·
   groups_per_step`` are unconsumed, ``next`` being the learner's next step (so
   ``(max_staleness + 1) · groups_per_step`` once the weights of the last update are synced);
-  sampling is paced, never truncated;
+  sampling is paced, never truncated (with dynamic sampling a group without reward variance
+  is dropped when it finishes, freeing its place, up to ``dynamic_sampling_rounds − 1`` steps'
+  worth of groups per step; past that budget such groups are kept);
 * earliest-deadline feasibility — the learner takes finished groups in the order they
   finished, but only while the groups left behind can still all meet their deadlines; when
   they could not, it waits for the group that is due (:func:`pick_batch`).
@@ -38,12 +40,13 @@ from typing import Protocol
 
 import torch
 
-from ludus.core.env import Env, TaskSource
-from ludus.core.types import Message, Task, Trajectory
+from ludus.core.env import Env
+from ludus.core.types import Message, Trajectory
 from ludus.policies.base import Completion, Policy, SamplingParams, Tools, TrainablePolicy
 from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine, requests, sample_index
 from ludus.rollout.hosts import EnvHost
 from ludus.train.config import TrainConfig
+from ludus.train.curriculum import Pick, TaskPicker
 
 
 class BehaviourPolicy(Policy):
@@ -80,9 +83,9 @@ class SyncedPolicy(Protocol):
     def sync(self, policy: TrainablePolicy) -> object: ...
 
 
-def train_task(source: TaskSource, index: int) -> Task:
-    """Task ``index`` of the training stream: a finite dataset is cycled through in epochs."""
-    return source.get(index if source.size is None else index % source.size)
+def has_signal(group: list[Trajectory]) -> bool:
+    """Whether a group's measured rewards differ: GRPO learns nothing from one where they do not."""
+    return len({t.reward for t in group if not (t.score and t.score.is_infra_error)}) > 1
 
 
 def admits(unconsumed: int, deadline: int, next_step: int, groups_per_step: int) -> bool:
@@ -131,18 +134,20 @@ class StreamPosition:
 @dataclass
 class _Group:
     deadline: int
+    pick: Pick
     order: int | None = None  # finish order once all its episodes are done
     trajectories: list[Trajectory] | None = None
 
 
 class AheadSampler:
-    """Samples GRPO groups of ``train_tasks`` ahead of the learner (see the module docstring),
+    """Samples GRPO groups of the tasks ``picker`` assigns ahead of the learner (see the module docstring),
     ``prompts_per_step`` groups of ``group_size`` per step, at most ``max_staleness`` updates old
     (fields of ``config``).
 
-    Groups are numbered by their position in the task stream (:func:`ludus.rollout.engine.requests`);
-    the ``start`` position's ``replay`` groups (left unconsumed by a checkpoint) are admitted
-    first, then ``next_group``, ``next_group + 1``, …
+    Groups are numbered by their position in the stream (:func:`ludus.rollout.engine.requests`),
+    which seeds their samples; the ``start`` position's ``replay`` groups (left unconsumed by a
+    checkpoint) are admitted first, then ``next_group``, ``next_group + 1``, … Each gets its task
+    from ``picker`` when it is admitted, and reports its outcome to it when it finishes.
 
     ``behaviour`` samples: by default a copy of ``policy`` in this process (:class:`BehaviourPolicy`);
     a rollout server's client (policies/rollout_server.py) samples on that server instead."""
@@ -151,7 +156,7 @@ class AheadSampler:
         self,
         policy: TrainablePolicy,
         env_factory: Callable[[], Env],
-        train_tasks: TaskSource,
+        picker: TaskPicker,
         sampling: SamplingParams,
         config: TrainConfig,
         host: EnvHost,
@@ -172,7 +177,10 @@ class AheadSampler:
             host=host,
             generator=torch.Generator().manual_seed(config.seed + start.step),
         )
-        self._tasks = train_tasks
+        self._picker = picker
+        self._dynamic = config.dynamic_sampling
+        self._drop_budget = (config.dynamic_sampling_rounds - 1) * self.groups_per_step
+        self._dropped: list[tuple[Pick, list[Trajectory]]] = []
         self._order = itertools.chain(start.replay, itertools.count(start.next_group))
         self._next_group = start.next_group
         self._replaying = set(start.replay)
@@ -192,9 +200,9 @@ class AheadSampler:
     def start(self) -> None:
         self._thread.start()
 
-    def take(self, step: int, timeout_s: float | None = None) -> list[list[Trajectory]]:
-        """The ``groups_per_step`` groups for ``step``, each sorted by sample; blocks until
-        they are ready. Raises if the sampler failed, ``TimeoutError`` after ``timeout_s``."""
+    def take(self, step: int, timeout_s: float | None = None) -> list[tuple[Pick, list[Trajectory]]]:
+        """The ``groups_per_step`` groups for ``step`` with their picks, each sorted by sample; blocks
+        until they are ready. Raises if the sampler failed, ``TimeoutError`` after ``timeout_s``."""
         picked: list[int] | None = None
 
         def ready() -> bool:
@@ -208,10 +216,16 @@ class AheadSampler:
                 raise RuntimeError(f"the sampler failed: {self._error!r}") from self._error
             if not ok or picked is None:
                 raise TimeoutError(f"no batch for step {step} within {timeout_s} s")
-            batch = [self._groups.pop(group).trajectories for group in picked]
+            batch = [self._groups.pop(group) for group in picked]
             self._next_step = step + 1
         self._nudge()  # room for new groups
-        return [t for t in batch if t is not None]
+        return [(g.pick, g.trajectories) for g in batch if g.trajectories is not None]
+
+    def take_dropped(self) -> list[tuple[Pick, list[Trajectory]]]:
+        """The groups dynamic sampling dropped since the last call (for the step's metrics)."""
+        with self._cond:
+            dropped, self._dropped = self._dropped, []
+        return dropped
 
     def advance(self, policy: TrainablePolicy) -> None:
         """After an update: the behaviour policy gets the new weights (and version)."""
@@ -264,9 +278,16 @@ class AheadSampler:
             group = int(trajectory.info["group"])
             members[group].append(trajectory)
             if len(members[group]) == self.group_size:
+                trajectories = sorted(members.pop(group), key=sample_index)
                 with self._cond:
                     entry = self._groups[group]
-                    entry.trajectories = sorted(members.pop(group), key=sample_index)
+                    self._picker.observe(entry.pick, trajectories)
+                    if self._dynamic and not has_signal(trajectories) and len(self._dropped) < self._drop_budget:
+                        del self._groups[group]  # its place goes to a fresh group
+                        self._dropped.append((entry.pick, trajectories))
+                        self._wake.set()  # type: ignore[union-attr] - set by _sample before the stream
+                        continue
+                    entry.trajectories = trajectories
                     entry.order, self._finished = self._finished, self._finished + 1
                     self._cond.notify_all()
 
@@ -280,10 +301,11 @@ class AheadSampler:
                         return
                     deadline = self.behaviour.version + self.max_staleness
                     if admits(len(self._groups), deadline, self._next_step, self.groups_per_step):
-                        self._groups[group] = _Group(deadline)
+                        pick = self._picker.pick()
+                        self._groups[group] = _Group(deadline, pick)
                         if group not in self._replaying:
                             self._next_group = group + 1
                         break
                 await self._wake.wait()
-            for request in requests([train_task(self._tasks, group)], self.group_size, first=group, numbered=True):
+            for request in requests([pick.task], self.group_size, first=group, numbered=True, env=pick.arm.env):
                 yield request

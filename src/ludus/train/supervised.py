@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,16 @@ from ludus.train.config import ConfigError, TrainConfig
 WARMSTART_TASK_OFFSET = 10_000_000  # warm-start draws from a different part of the train stream than RL
 
 
-def reference_batch(env: Env, indices: range) -> tuple[list[list[Message]], list[str]]:
-    """Prompts (as the policy's conversations) and reference replies for train tasks ``indices``."""
-    source = env.task_source("train")
+def reference_batch(envs: Env | Sequence[Env], indices: range) -> tuple[list[list[Message]], list[str]]:
+    """Prompts (as the policy's conversations) and reference replies for train tasks ``indices``;
+    with several environments (a mixture, a curriculum's levels) task ``i`` comes from the
+    ``i mod n``-th, so every batch shows them all."""
+    envs = [envs] if isinstance(envs, Env) else list(envs)
+    sources = [env.task_source("train") for env in envs]
     conversations, replies = [], []
     for i in indices:
-        task = source.get(i)
+        env = envs[i % len(envs)]
+        task = sources[i % len(envs)].get(i // len(envs))
         reply = env.reference(task)
         if reply is None:
             raise ValueError(
@@ -53,7 +57,7 @@ def reference_batch(env: Env, indices: range) -> tuple[list[list[Message]], list
 
 def supervised_steps(
     policy: TinyPolicy,
-    env: Env,
+    env: Env | Sequence[Env],
     *,
     steps: int,
     batch: int,
@@ -95,7 +99,10 @@ def supervised_steps(
 
 def base_model_recipe(config: TrainConfig) -> dict[str, Any]:
     """What makes a base model, and names its cache folder: the fields of ``config`` it depends on."""
-    return {
+    tasks = {"envs": config.envs} if config.envs else {}
+    if config.curriculum:
+        tasks["curriculum_levels"] = config.curriculum_levels or "all"
+    return tasks | {
         "recipe": 2,
         "env": config.env,
         "env_args": config.env_args,
@@ -113,7 +120,11 @@ def base_model_path(recipe: dict[str, Any]) -> Path:
 
 
 def make_base_model(
-    env: Env, recipe: dict[str, Any], *, force: bool = False, on_step: Callable[[int, float], None] | None = None
+    env: Env | Sequence[Env],
+    recipe: dict[str, Any],
+    *,
+    force: bool = False,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> tuple[TrainablePolicy, Path, bool]:
     """Load the cached base model for ``recipe`` or create it. Returns (policy, folder, created)."""
     path = base_model_path(recipe)
@@ -141,15 +152,16 @@ def make_base_model(
     return policy, path, True
 
 
-def base_policy(config: TrainConfig, env: Env, log: Callable[[str], None]) -> TrainablePolicy:
+def base_policy(config: TrainConfig, envs: Sequence[Env], log: Callable[[str], None]) -> TrainablePolicy:
     """The embedded model ``ludus train`` starts from: the cached base model of the config's
-    warm-start recipe (made now if missing), or fresh weights with ``warmstart_steps: 0``."""
+    warm-start recipe (made now from the reference answers of ``envs`` if missing), or fresh
+    weights with ``warmstart_steps: 0``."""
     try:
         TinyConfig(**config.tiny)
     except TypeError as exc:
         raise ConfigError(f"config field 'tiny' has an unknown model setting: {exc}") from exc
     if config.warmstart_steps == 0:
         return TinyPolicy(TinyConfig(**config.tiny), seed=config.seed)
-    policy, path, created = make_base_model(env, base_model_recipe(config))
+    policy, path, created = make_base_model(envs, base_model_recipe(config))
     log(f"{'created' if created else 'loaded cached'} base model {path}")
     return policy

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import itertools
 import json
 import math
 import os
@@ -44,8 +45,8 @@ import torch
 
 from ludus import policies
 from ludus.core import registry
-from ludus.core.env import Env, TaskSource
-from ludus.core.types import Task, Trajectory
+from ludus.core.env import Env
+from ludus.core.types import Trajectory
 from ludus.policies.base import Policy, PolicyError, SamplingParams, TrainablePolicy
 from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
@@ -54,9 +55,10 @@ from ludus.rollout.hosts import make_host
 from ludus.rollout.remote import RemoteEnv, RemoteEnvError
 from ludus.train import grpo
 from ludus.train.config import ConfigError, TrainConfig
+from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
 from ludus.train.run_folder import RunFolder
-from ludus.train.sampler import AheadSampler, StreamPosition, train_task
+from ludus.train.sampler import AheadSampler, StreamPosition, has_signal
 from ludus.train.supervised import base_policy
 
 Metrics = Callable[[dict[str, Any]], None]
@@ -142,7 +144,15 @@ def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
                 "env_args to the server's"
             )
         return lambda: RemoteEnv(url, token=token)
-    make = registry.factory(config.env, config.env_args)
+    name, args = (
+        (config.envs[0]["name"], config.envs[0].get("args", {})) if config.envs else (config.env, config.env_args)
+    )
+    try:
+        make = registry.factory(name, args)
+    except (registry.UnknownEnvError, registry.EnvLoadError) as exc:
+        raise ConfigError(f"config field {'envs' if config.envs else 'env'}: {exc}") from None
+    if config.envs:  # a mixture: curriculum.build_picker makes and checks every entry
+        return make
     try:
         make().close()
     except (TypeError, ValueError) as exc:
@@ -150,13 +160,20 @@ def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
     return make
 
 
-def warmstart_env(config: TrainConfig, env: Env) -> Env:
-    """The environment the tiny model's warm start reads reference answers from: ``env``, or for
-    env servers (whose answers stay there) the same environment made here."""
-    if not (config.env_servers and config.model == "tiny" and config.warmstart_steps):
-        return env
+def warmstart_envs(config: TrainConfig, picker: TaskPicker, env_factory: Callable[[], Env]) -> list[Env]:
+    """The environments the tiny model's warm start reads reference answers from: one per arm of
+    the run (every environment of a mixture, every level of a curriculum), or for an env server
+    (whose answers stay there) the same environment made here."""
+    if not (config.model == "tiny" and config.warmstart_steps):
+        return []
+    if len(picker.arms) > 1:
+        return [arm.env() for arm in picker.arms.values()]
+    env = env_factory()
+    if not config.env_servers:
+        return [env]
+    env.close()
     try:
-        return registry.make(config.env, **config.env_args)
+        return [registry.make(config.env, **config.env_args)]
     except (registry.UnknownEnvError, registry.EnvLoadError, TypeError) as exc:
         raise ConfigError(
             f"the tiny model's warm start reads reference answers from {config.env!r} made here, which failed "
@@ -164,12 +181,12 @@ def warmstart_env(config: TrainConfig, env: Env) -> Env:
         ) from None
 
 
-def load_trainable(config: TrainConfig, env: Env, log: Callable[[str], None]) -> TrainablePolicy:
+def load_trainable(config: TrainConfig, envs: list[Env], log: Callable[[str], None]) -> TrainablePolicy:
     """The policy to train: the embedded model's cached base (supervised.py), or a saved folder /
     ``hf:PATH`` checkpoint read by :func:`ludus.policies.load_policy` (the config has already
     refused model servers, whose weights are not here)."""
     if config.model == "tiny":
-        return base_policy(config, env, log)
+        return base_policy(config, envs, log)
     try:
         policy = policies.load_policy(config.model, **config.model_args)
     except (ValueError, OSError, ImportError) as exc:
@@ -208,6 +225,25 @@ def step_metrics(step: int, groups: list[list[Trajectory]]) -> dict[str, Any]:
         **{f"reward/{k}": v for k, v in component_means(gradable).items()},  # a rubric's criteria
         "_tokens": sum(lengths),
     }
+
+
+def mixture_metrics(sampled: list[tuple[Pick, list[Trajectory]]]) -> dict[str, Any]:
+    """Per environment of a mixture: groups sampled, mean reward and accuracy of measured samples,
+    infrastructure failures (one environment's failures must not hide behind the others' numbers)."""
+    by_label: dict[str, list[Trajectory]] = {}
+    groups: dict[str, int] = {}
+    for pick, group in sampled:
+        by_label.setdefault(pick.arm.label, []).extend(group)
+        groups[pick.arm.label] = groups.get(pick.arm.label, 0) + 1
+    out: dict[str, Any] = {}
+    for label, trajs in sorted(by_label.items()):
+        measured = [t for t in trajs if t.score is not None and not t.score.is_infra_error]
+        n = max(1, len(measured))
+        out[f"mix/{label}/groups"] = groups[label]
+        out[f"mix/{label}/reward"] = round(sum(t.reward for t in measured) / n, 4)
+        out[f"mix/{label}/accuracy"] = round(sum(t.score.correct for t in measured) / n, 4)  # type: ignore[union-attr]
+        out[f"mix/{label}/infra_errors"] = len(trajs) - len(measured)
+    return out
 
 
 def component_means(trajectories: list[Trajectory]) -> dict[str, float]:
@@ -249,7 +285,7 @@ class Trainer:
     def create(cls, config: TrainConfig, log: Callable[[str], None] = print) -> Trainer:
         """A new run. The environment is checked first: nothing is written for a run that cannot start."""
         env_factory = make_env_factory(config)
-        config.name = config.name or f"{config.env}-{datetime.now():%Y%m%d-%H%M%S}"
+        config.name = config.name or f"{'mix' if config.envs else config.env}-{datetime.now():%Y%m%d-%H%M%S}"
         return cls(config, RunFolder.create(config, config.name), env_factory, log=log)
 
     @classmethod
@@ -274,7 +310,7 @@ class Trainer:
         self.rollout: RolloutServerPolicy | None = None  # generation on an inference server (rollout_server)
         self.ranker = group_judge(c.group_judge) if c.group_judge else None  # RULER-style rewards (ranking.py)
         try:
-            train_tasks, eval_tasks = self._setup()
+            self._setup()
             step, elapsed, position = self._restore()
             if self.rollout is not None:
                 self._start_rollout_server(step)
@@ -286,7 +322,7 @@ class Trainer:
                     on_metrics(record)
 
             def run_eval() -> None:
-                record = {"step": step, "elapsed_s": round(elapsed, 3), **self._evaluate(eval_tasks)}
+                record = {"step": step, "elapsed_s": round(elapsed, 3), **self._evaluate()}
                 curve.append((step, elapsed, record["eval/accuracy"]))
                 emit(record)
                 self.folder.plot()
@@ -297,7 +333,7 @@ class Trainer:
                 self.sampler = AheadSampler(
                     self.learner.policy,
                     self.env_factory,
-                    train_tasks,
+                    self.picker,
                     sampling_params(c),
                     c,
                     self.host,
@@ -308,7 +344,7 @@ class Trainer:
             interrupted = False
             with self.stop.installed():
                 while step < c.steps and not self._out_of_time(elapsed):
-                    record, dt = self._step(step, elapsed, train_tasks)
+                    record, dt = self._step(step, elapsed)
                     step, elapsed = step + 1, elapsed + dt
                     emit({"step": step, "elapsed_s": round(elapsed, 3), **record})
                     last = step >= c.steps or self._out_of_time(elapsed)
@@ -337,12 +373,18 @@ class Trainer:
     def _out_of_time(self, elapsed_s: float) -> bool:
         return bool(self.config.time_limit_min) and elapsed_s >= self.config.time_limit_min * 60
 
-    def _setup(self) -> tuple[TaskSource, list[Task]]:
-        """The policy, its optimizer, reference weights and RNGs, the engine; the train and eval tasks."""
+    def _setup(self) -> None:
+        """The task picker (environments, levels, held-out tasks), the policy, its optimizer,
+        reference weights and RNGs, the engine."""
         c = self.config
         torch.set_num_threads(c.threads or os.cpu_count() or 1)
-        env = self.env_factory()
-        policy = load_trainable(c, warmstart_env(c, env), self.log)
+        self.picker = build_picker(c, self.env_factory)
+        envs = warmstart_envs(c, self.picker, self.env_factory)
+        try:
+            policy = load_trainable(c, envs, self.log)
+        finally:
+            for env in envs:
+                env.close()
         reference = copy.deepcopy(policy.module).eval().requires_grad_(False) if c.beta > 0 else None
         optimizer = torch.optim.AdamW(policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
         self.learner = grpo.Learner(policy, optimizer, reference, torch.Generator().manual_seed(c.seed))
@@ -363,12 +405,7 @@ class Trainer:
         # it out of the cyclic collector, whose full passes over it slowed rollouts by a quarter
         gc.collect()
         gc.freeze()
-        eval_source = env.task_source("eval")
-        eval_size = c.eval_size if eval_source.size is None else min(c.eval_size, eval_source.size)
-        # held-out evaluation: greedy, every task in one lockstep batch
         self.greedy = SamplingParams(temperature=0.0, max_tokens=c.max_tokens)
-        self.eval_rollout = RolloutConfig(lockstep=True, max_batch=max(1, eval_size), max_episodes=max(1, eval_size))
-        return env.task_source("train"), [eval_source.get(i) for i in range(eval_size)]
 
     def _restore(self) -> tuple[int, float, StreamPosition]:
         """Where the run continues: step, elapsed seconds and the task stream's position."""
@@ -381,38 +418,59 @@ class Trainer:
         self.learner.policy.version = step
         if self.resume:
             self.folder.forget_after(step)
-        next_group = int(state.get("next_group", step * self.config.prompts_per_step))
-        return step, elapsed, StreamPosition(step, next_group, tuple(state.get("unconsumed_groups", ())))
+        if "picker" in state:
+            self.picker.load_state_dict(state["picker"])
+        self.next_group = int(state.get("next_group", step * self.config.prompts_per_step))
+        return step, elapsed, StreamPosition(step, self.next_group, tuple(state.get("unconsumed_groups", ())))
 
-    def _evaluate(self, eval_tasks: list[Task]) -> dict[str, float]:
-        """Greedy decoding on the held-out tasks (rollout.evaluate's summary)."""
+    def _evaluate(self) -> dict[str, float]:
+        """Greedy decoding on every arm's held-out tasks (rollout.evaluate's summary). With several
+        arms each is reported as ``eval/<arm>/…``, and ``eval/accuracy`` is the mean over the
+        environments of each one's target: its only arm, or a curriculum's hardest level."""
         self.learner.policy.module.eval()
-        # an ahead sampler may sample training replies meanwhile: only those count in rollout/*
-        with self.rollout.uncounted() if self.rollout is not None else contextlib.nullcontext():
-            summary = evaluate(
-                self.rollout or self.learner.policy,
-                self.env_factory,
-                eval_tasks,
-                sampling=self.greedy,
-                config=self.eval_rollout,
-                host=self.host,
-            )
-        return {
-            "eval/accuracy": summary.accuracy,
-            "eval/reward": summary.mean_reward,
-            "eval/infra_errors": summary.infra_errors,
+        per_arm: dict[str, dict[str, float]] = {}
+        for key, arm in self.picker.arms.items():
+            size = max(1, len(arm.eval_tasks))  # greedy, every task in one lockstep batch
+            # an ahead sampler may sample training replies meanwhile: only those count in rollout/*
+            with self.rollout.uncounted() if self.rollout is not None else contextlib.nullcontext():
+                summary = evaluate(
+                    self.rollout or self.learner.policy,
+                    arm.env,
+                    list(arm.eval_tasks),
+                    sampling=self.greedy,
+                    config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
+                    host=self.host,
+                )
+            per_arm[key] = {
+                "accuracy": summary.accuracy,
+                "reward": summary.mean_reward,
+                "infra_errors": summary.infra_errors,
+            }
+        targets = [per_arm[ladder.arms[-1].key] for ladder in self.picker.ladders]
+        record = {
+            "eval/accuracy": round(sum(t["accuracy"] for t in targets) / len(targets), 4),
+            "eval/reward": round(sum(t["reward"] for t in targets) / len(targets), 4),
+            "eval/infra_errors": sum(t["infra_errors"] for t in per_arm.values()),
         }
+        if len(per_arm) > 1:
+            record |= {f"eval/{key}/{name}": v for key, values in per_arm.items() for name, v in values.items()}
+        return record
 
-    def _step(self, step: int, elapsed_s: float, train_tasks: TaskSource) -> tuple[dict[str, Any], float]:
+    def _step(self, step: int, elapsed_s: float) -> tuple[dict[str, Any], float]:
         """One RL step: sample (or take what the sampler has ready), learn; its metrics and seconds."""
         c = self.config
         t0 = time.perf_counter()
-        groups = self._sample(step, train_tasks) if self.sampler is None else self.sampler.take(step)
+        if self.sampler is None:
+            kept, sampled, rounds = self._sample()
+        else:
+            kept = self.sampler.take(step)
+            sampled, rounds = kept + self.sampler.take_dropped(), 0
+        groups = [group for _, group in kept]
         t_sampled = time.perf_counter()
         if self.ranker is not None:
-            judge, rounds = self.ranker
-            rank_groups(judge, groups, rounds=rounds, seed=c.seed * 1_000_003 + step)
-        trajs = [t for group in groups for t in group]
+            judge, judge_rounds = self.ranker
+            rank_groups(judge, groups, rounds=judge_rounds, seed=c.seed * 1_000_003 + step)
+        trajs = [t for _, group in sampled for t in group]
         if all(t.score is not None and t.score.is_infra_error for t in trajs):
             # nothing measured the policy: a model that cannot take the prompts, a dead environment
             # server. Going on would spend the run on steps that train nothing.
@@ -423,8 +481,15 @@ class Trainer:
         lr = c.lr * lr_factor(c, step, elapsed_s)
         for group in self.learner.optimizer.param_groups:
             group["lr"] = lr
-        record = step_metrics(step, groups)
-        record |= {"lr": lr, **grpo.update(self.learner, grpo.build_samples(groups, c), c)}
+        record = step_metrics(step, [group for _, group in sampled])
+        if len(self.picker.ladders) > 1:
+            record |= mixture_metrics(sampled)
+        record |= self.picker.metrics()
+        if c.dynamic_sampling:
+            record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(kept)}
+            record |= {"dynamic/rounds": rounds} if rounds else {}
+        samples = grpo.build_samples(groups, c) if groups else []  # dynamic sampling may keep none
+        record |= {"lr": lr, **grpo.update(self.learner, samples, c)}
         self.learner.policy.version = step + 1
         record |= self._sync_sampler(step + 1)
         if self.sampler is not None:
@@ -501,14 +566,34 @@ class Trainer:
         stats = self.rollout.take_stats()
         return {"rollout/push_s": round(self.rollout.last_push_s, 4), **{f"rollout/{k}": v for k, v in stats.items()}}
 
-    def _sample(self, step: int, train_tasks: TaskSource) -> list[list[Trajectory]]:
-        """This step's groups, sampled now with the current weights (lockstep)."""
+    def _sample(self) -> tuple[list[tuple[Pick, list[Trajectory]]], list[tuple[Pick, list[Trajectory]]], int]:
+        """This step's groups, sampled now with the current weights (lockstep): the groups to learn
+        from, every group sampled, and the sampling rounds. With dynamic sampling, groups without
+        reward variance are set aside and more are sampled - as many as the signal rate so far says
+        are missing - until the step has ``prompts_per_step`` or ``dynamic_sampling_rounds`` rounds ran."""
         c = self.config
         self.learner.policy.module.eval()
-        first = step * c.prompts_per_step
-        tasks = [train_task(train_tasks, first + j) for j in range(c.prompts_per_step)]
-        trajs = self.engine.run(requests(tasks, c.group_size, first=first, numbered=True))
-        return [trajs[i : i + c.group_size] for i in range(0, len(trajs), c.group_size)]
+        kept: list[tuple[Pick, list[Trajectory]]] = []
+        sampled: list[tuple[Pick, list[Trajectory]]] = []
+        rounds = 0
+        while True:
+            missing = c.prompts_per_step - len(kept)
+            rate = len(kept) / len(sampled) if sampled else 1.0
+            picks = [self.picker.pick() for _ in range(min(c.prompts_per_step, math.ceil(missing / max(rate, 0.25))))]
+            first, self.next_group = self.next_group, self.next_group + len(picks)
+            episodes = itertools.chain.from_iterable(
+                requests([pick.task], c.group_size, first=first + i, numbered=True, env=pick.arm.env)
+                for i, pick in enumerate(picks)
+            )
+            trajs = self.engine.run(episodes)
+            batch = [(pick, trajs[i * c.group_size : (i + 1) * c.group_size]) for i, pick in enumerate(picks)]
+            for pick, group in batch:
+                self.picker.observe(pick, group)
+            sampled += batch
+            kept += [(pick, group) for pick, group in batch if not c.dynamic_sampling or has_signal(group)]
+            rounds += 1
+            if not c.dynamic_sampling or len(kept) >= c.prompts_per_step or rounds >= c.dynamic_sampling_rounds:
+                return kept[: c.prompts_per_step], sampled, rounds
 
     # ---- checkpoints -------------------------------------------------------------------
 
@@ -529,10 +614,11 @@ class Trainer:
                 folder / "trainer.pt",
             )
 
-        state: dict[str, Any] = {"step": step, "elapsed_s": elapsed_s}
+        state: dict[str, Any] = {"step": step, "elapsed_s": elapsed_s, "next_group": self.next_group}
         if self.sampler is not None:  # the task stream resumes where the sampler was
             position = self.sampler.position()
             state["next_group"], state["unconsumed_groups"] = position.next_group, list(position.replay)
+        state["picker"] = self.picker.state_dict()
         self.folder.save_checkpoint(step, write, state, self.config.keep_checkpoints)
 
     def _load_checkpoint(self, path: Path) -> dict[str, Any]:

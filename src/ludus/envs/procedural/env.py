@@ -8,6 +8,7 @@ from ludus.core.env import SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
 from ludus.envs.procedural.countdown import score_countdown
 from ludus.envs.procedural.exact import digit_agreement, parse_int, score_int, score_int_list
+from ludus.tasks import arithmetic, countdown, linear, sorting
 from ludus.tasks.arithmetic import Arithmetic
 from ludus.tasks.countdown import Countdown
 from ludus.tasks.linear import LinearEquation
@@ -48,6 +49,7 @@ class ArithmeticEnv(ProceduralEnv):
 
     name = "arithmetic"
     description = "integer arithmetic (a+b, a-b, a*b) with a digits/operators difficulty knob"
+    difficulty_levels = tuple(sorted(arithmetic.LEVELS))
 
     def __init__(
         self,
@@ -115,6 +117,7 @@ class CountdownEnv(LeveledEnv):
     description = "countdown numbers game: combine 3-6 numbers with + - * / to hit a target"
     system_prompt = "Reply with the expression only."
     family_cls = Countdown
+    difficulty_levels = tuple(sorted(countdown.LEVELS))
 
     def score(self, task: Task, completion: str) -> Score:
         return score_countdown(completion, task.info["numbers"], task.info["target"])
@@ -126,6 +129,7 @@ class SortingEnv(LeveledEnv):
     name = "sorting"
     description = "list manipulation (sort, reverse, remove duplicates) with a length/value-range knob"
     family_cls = Sorting
+    difficulty_levels = tuple(sorted(sorting.LEVELS))
 
     def score(self, task: Task, completion: str) -> Score:
         return score_int_list(completion, task.answer)
@@ -141,6 +145,7 @@ class LinearEquationEnv(LeveledEnv):
     name = "linear-equation"
     description = "solve a*x+b=c (harder levels: x on both sides) for an integer x"
     family_cls = LinearEquation
+    difficulty_levels = tuple(sorted(linear.LEVELS))
 
     def score(self, task: Task, completion: str) -> Score:
         return score_int(completion, task.answer, variable="x")
