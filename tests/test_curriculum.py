@@ -189,6 +189,7 @@ def test_settings_are_checked():
 # ---- configuration ----
 
 DEFAULT_ARGS = TrainConfig().env_args  # a mixture leaves env_args alone
+SMALL_TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 24}  # small_config's
 
 
 @pytest.mark.parametrize(
@@ -393,3 +394,19 @@ def test_dynamic_sampling_ahead_drops_flat_groups_within_its_budget(small_config
     for r in train:
         assert r["dynamic/groups_kept"] == cfg.prompts_per_step
         assert r["dynamic/groups_sampled"] - r["dynamic/groups_kept"] <= budget
+
+
+def test_ludus_warmstart_makes_the_base_a_mixture_run_makes(small_config, tmp_path, monkeypatch):
+    from ludus.cli import main
+
+    envs = "[{name: arithmetic, args: {digits: 1}}, {name: sorting, args: {difficulty: 1}}]"
+    logs: list[str] = []
+    cfg = small_config(name="mixed-base", envs=envs, env_args=DEFAULT_ARGS, warmstart_steps=3, steps=1)
+    Trainer.create(cfg, log=logs.append).run()
+    made_by_train = Path(next(line for line in logs if line.startswith("created base model")).split()[-1])
+    monkeypatch.setenv("LUDUS_CACHE", str(tmp_path / "other-cache"))
+    flags = ["--envs", envs, "--env-args", json.dumps(DEFAULT_ARGS), "--tiny", json.dumps(SMALL_TINY)]
+    assert main(["warmstart", "--warmstart-steps", "3", *flags]) == 0
+    made_by_cli = tmp_path / "other-cache" / made_by_train.relative_to(made_by_train.parents[1])
+    a, b = (torch.load(p / "model.pt", weights_only=True) for p in (made_by_train, made_by_cli))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # warm-started on the same environments

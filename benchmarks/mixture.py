@@ -1,0 +1,76 @@
+"""A two-environment mixture against each environment trained alone, in the same total time.
+
+Each environment is trained alone for ``--minutes``; the mixture (equal weights) gets the sum,
+``2 × minutes``, the same total compute. Target: in the mixture each environment's held-out
+greedy accuracy is within 0.05 of (or above) its accuracy alone. The embedded model, the
+default recipe otherwise. Not a test: it takes 4 × minutes × seeds.
+
+    python benchmarks/mixture.py --minutes 3 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from typing import Any
+
+from ludus.train.config import load_config
+from ludus.train.trainer import Trainer
+
+PAIR = (
+    {"name": "arithmetic", "args": {"digits": 2, "ops": "+", "digit_credit": 0.5}, "label": "add"},
+    {"name": "sorting", "args": {"difficulty": 1}, "label": "sort"},
+)
+
+
+def final_eval(overrides: dict[str, Any]) -> dict[str, float]:
+    config = load_config(overrides=overrides | {"runs_dir": tempfile.mkdtemp(prefix="ludus-mixture-")})
+    result = Trainer.create(config, log=lambda _: None).run()
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if "eval/accuracy" in r][-1] | {"steps": result.step}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=3.0, help="per environment alone; the mixture gets twice")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    print(
+        f"{[e['label'] for e in PAIR]}: {args.minutes} min alone each, {2 * args.minutes} min mixed, "
+        f"{os.cpu_count()} cores"
+    )
+    rows = []
+    for seed in args.seeds:
+        alone = {
+            e["label"]: final_eval(
+                {
+                    "env": e["name"],
+                    "env_args": e["args"],
+                    "seed": seed,
+                    "time_limit_min": args.minutes,
+                    "name": f"alone-{e['label']}-{seed}",
+                }
+            )["eval/accuracy"]
+            for e in PAIR
+        }
+        mixed_record = final_eval(
+            {"envs": list(PAIR), "seed": seed, "time_limit_min": 2 * args.minutes, "name": f"mixed-{seed}"}
+        )
+        mixed = {e["label"]: mixed_record[f"eval/{e['label']}/accuracy"] for e in PAIR}
+        rows.append((seed, alone, mixed))
+        print(f"seed {seed}: alone {alone}, mixed {mixed} ({mixed_record['steps']} steps)", flush=True)
+    print("\n| seed | " + " | ".join(f"{e['label']} alone | {e['label']} mixed | Δ" for e in PAIR) + " | within 0.05 |")
+    print("|---|" + "---|---|---|" * len(PAIR) + "---|")
+    for seed, alone, mixed in rows:
+        cells = " | ".join(
+            f"{alone[e['label']]:.3f} | {mixed[e['label']]:.3f} | {mixed[e['label']] - alone[e['label']]:+.3f}"
+            for e in PAIR
+        )
+        ok = all(mixed[k] >= alone[k] - 0.05 for k in alone)
+        print(f"| {seed} | {cells} | {'yes' if ok else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
