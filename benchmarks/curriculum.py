@@ -28,9 +28,12 @@ from ludus.train.trainer import Trainer
 ARMS = ("uniform", "curriculum", "dynamic")
 
 
-def arm_config(arm: str, env: str, levels: list[int], seed: int, minutes: float, runs: str) -> dict[str, Any]:
+def arm_config(
+    arm: str, env: str, levels: list[int], seed: int, minutes: float, runs: str, threads: int
+) -> dict[str, Any]:
     """The overrides of one run; everything else is the default recipe."""
     common: dict[str, Any] = {"seed": seed, "time_limit_min": minutes, "runs_dir": runs, "name": f"{arm}-{seed}"}
+    common["threads"] = threads
     mixture = [{"name": env, "args": {"difficulty": lv}, "label": f"L{lv}"} for lv in levels]
     if arm == "curriculum":
         return common | {"env": env, "env_args": {}, "curriculum": True, "curriculum_levels": levels}
@@ -42,9 +45,9 @@ def hardest_accuracy(record: dict[str, Any], arm: str, env: str, levels: list[in
     return record[key]
 
 
-def run(arm: str, env: str, levels: list[int], seed: int, minutes: float) -> dict[str, Any]:
+def run(arm: str, env: str, levels: list[int], seed: int, minutes: float, threads: int) -> dict[str, Any]:
     runs = tempfile.mkdtemp(prefix="ludus-curriculum-")
-    config = load_config(overrides=arm_config(arm, env, levels, seed, minutes, runs))
+    config = load_config(overrides=arm_config(arm, env, levels, seed, minutes, runs, threads))
     started = time.perf_counter()
     result = Trainer.create(config, log=lambda _: None).run()
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=4.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: all cores)")
     parser.add_argument("--json", help="write every result here")
     args = parser.parse_args()
     print(f"{args.env} levels {args.levels}, {args.minutes} min per run, {os.cpu_count()} cores, seeds {args.seeds}")
@@ -72,7 +76,7 @@ def main() -> None:
     for seed in args.seeds:
         results[seed] = {}
         for arm in args.arms:
-            r = results[seed][arm] = run(arm, args.env, args.levels, seed, args.minutes)
+            r = results[seed][arm] = run(arm, args.env, args.levels, seed, args.minutes, args.threads)
             extra = f"  levels over time {r['levels']}" if "levels" in r else ""
             print(
                 f"seed {seed} {arm:>10}: hardest level {r['final']:.3f} (best {r['best']:.3f}), {r['steps']} steps{extra}"

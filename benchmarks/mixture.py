@@ -36,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=3.0, help="per environment alone; the mixture gets twice")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: all cores)")
     args = parser.parse_args()
     print(
         f"{[e['label'] for e in PAIR]}: {args.minutes} min alone each, {2 * args.minutes} min mixed, "
@@ -49,6 +50,7 @@ def main() -> None:
                     "env": e["name"],
                     "env_args": e["args"],
                     "seed": seed,
+                    "threads": args.threads,
                     "time_limit_min": args.minutes,
                     "name": f"alone-{e['label']}-{seed}",
                 }
@@ -56,7 +58,13 @@ def main() -> None:
             for e in PAIR
         }
         mixed_record = final_eval(
-            {"envs": list(PAIR), "seed": seed, "time_limit_min": 2 * args.minutes, "name": f"mixed-{seed}"}
+            {
+                "envs": list(PAIR),
+                "seed": seed,
+                "threads": args.threads,
+                "time_limit_min": 2 * args.minutes,
+                "name": f"mixed-{seed}",
+            }
         )
         mixed = {e["label"]: mixed_record[f"eval/{e['label']}/accuracy"] for e in PAIR}
         rows.append((seed, alone, mixed))

@@ -96,6 +96,17 @@ def test_in_band_rates_keep_the_level_and_the_top_and_bottom_levels_stay():
     assert _current(picker) == 2 and picker.metrics()["curriculum/count/band"] == 1  # above, nowhere to go
 
 
+def test_by_default_a_level_is_demoted_only_when_nothing_in_a_window_was_solved():
+    picker = _ladder(levels=(1, 2), window=2, review=0.0)  # the default band: (0.0, 0.6)
+    picker.ladders[0].current = 1
+    hard = picker.pick()
+    picker.observe(hard, _group(0, 0, 0, 0, 0, 0, 0, 1))
+    picker.observe(hard, _group(0, 0, 0, 0, 0, 0, 0, 0))
+    assert _current(picker) == 2  # one success in 16: hard, not hopeless
+    picker.observe(hard, _group(0, 0, 0, 0, 0, 0, 0, 0))
+    assert _current(picker) == 1
+
+
 def test_review_draws_the_levels_below_the_current_one():
     picker = _ladder(levels=(1, 2, 3), window=1, review=0.25)
     picker.ladders[0].current = 2

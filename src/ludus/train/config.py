@@ -44,13 +44,13 @@ class TrainConfig:
     # drawn from one of them by weight, with metrics and held-out evaluation per environment. Empty: env alone
     envs: list[dict[str, Any]] = field(default_factory=list)
     # adaptive curriculum over each environment's difficulty levels (train/curriculum.py): groups come from a
-    # current level, promoted when its recent success rate is above the band, demoted when below it; a share
+    # current level, promoted when its recent success rate reaches the band's top, demoted at its bottom; a share
     # `curriculum_review` of groups reviews the levels below. Levels: the environment's own (empty) or these,
     # easiest first; the run starts at the first
     curriculum: bool = False
     curriculum_levels: list[int] = field(default_factory=list)
-    curriculum_band: list[float] = field(default_factory=lambda: [0.1, 0.8])
-    curriculum_window: int = 16  # groups per level a promotion or demotion reads
+    curriculum_band: list[float] = field(default_factory=lambda: [0.0, 0.6])
+    curriculum_window: int = 32  # groups per level a promotion or demotion reads
     curriculum_review: float = 0.2
     # re-ask, for this fraction of groups, a task whose last group had reward variance (at most 3 times)
     revisit: float = 0.0
@@ -89,7 +89,7 @@ class TrainConfig:
     top_p: float = 1.0
     lr: float = 6e-4
     lr_schedule: Literal["constant", "cosine", "linear", "wsd"] = "wsd"
-    lr_decay_frac: float = 0.2  # wsd: hold the lr, then decay it linearly to 0 over this last fraction of the run
+    lr_decay_frac: float = 0.5  # wsd: hold the lr, then decay it linearly to 0 over this last fraction of the run
     warmup_steps: int = 0
     weight_decay: float = 0.0
     ppo_epochs: int = 2

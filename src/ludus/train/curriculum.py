@@ -10,8 +10,9 @@ of G samples is drawn from one arm::
 **Curriculum.** GRPO learns only from groups whose rewards differ: a level the model always
 solves, or never, teaches nothing. Per environment the picker keeps a *current* level and, per
 level, the success rates (fraction of correct samples) of its last ``window`` groups. When the
-current level's recent rate rises above the band's top it is promoted to the next level; when
-it falls below the band's bottom it is demoted. A fraction ``review`` of the groups goes to the
+current level's recent rate reaches the band's top it is promoted to the next level; when it
+falls to the band's bottom (by default 0: not one sample solved in a whole window) it is
+demoted. A bottom above what a fresh level scores makes the run bounce between two levels. A fraction ``review`` of the groups goes to the
 levels below the current one, so what was learnt is kept. Decisions use full windows only, and
 a level's window restarts when the run enters it, so one lucky group moves nothing.
 
@@ -48,7 +49,7 @@ FAILING_GROUPS = 3  # consecutive all-infra-error groups after which an environm
 PROBE_EVERY = 32  # picks between two probe groups of a resting environment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: an arm is one place in one run
 class Arm:
     """One place groups come from: an environment (at one difficulty level, with a curriculum).
 
@@ -74,8 +75,8 @@ class CurriculumSettings:
     """``band``: the learnable band of success rates, ``(low, high)``; ``window``: groups per level
     that a decision reads; ``review``: the fraction of groups drawn from levels below the current one."""
 
-    band: tuple[float, float] = (0.1, 0.8)
-    window: int = 16
+    band: tuple[float, float] = (0.0, 0.6)
+    window: int = 32
     review: float = 0.2
 
     def __post_init__(self) -> None:
@@ -202,7 +203,7 @@ class TaskPicker:
         rate = sum(window) / len(window)
         low, high = self.settings.band
         step = (
-            1 if rate > high and ladder.current + 1 < len(ladder.arms) else -1 if rate < low and ladder.current else 0
+            1 if rate >= high and ladder.current + 1 < len(ladder.arms) else -1 if rate <= low and ladder.current else 0
         )
         if step:
             ladder.current += step
@@ -211,7 +212,7 @@ class TaskPicker:
     # ---- reporting and resuming ----
 
     def metrics(self) -> dict[str, float]:
-        """Per curriculum: the current level, the band position of its recent rate (-1 below, 0 in,
+        """Per curriculum: the current level, the band position of its recent rate (-1 at the bottom, 0 in,
         1 above; 0 before a window is full) and every level's recent success rate."""
         out: dict[str, float] = {}
         low, high = self.settings.band
@@ -226,7 +227,7 @@ class TaskPicker:
                 rate = sum(window) / len(window) if window else 0.0
                 full = len(window) == self.settings.window
                 out[f"curriculum/{label}/level"] = current.level  # type: ignore[assignment]
-                out[f"curriculum/{label}/band"] = (rate > high) - (rate < low) if full else 0
+                out[f"curriculum/{label}/band"] = (rate >= high) - (rate <= low) if full else 0
                 for arm in ladder.arms:
                     if rates := ladder.rates[arm.key]:
                         out[f"curriculum/{label}/rate/L{arm.level}"] = round(sum(rates) / len(rates), 4)
