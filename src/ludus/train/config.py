@@ -21,6 +21,7 @@ import yaml
 Scale = Literal["group", "batch", "none"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 TurnCredit = Literal["episode", "reward_to_go"]
+ImportanceRatio = Literal["token", "sequence"]
 
 
 class ConfigError(ValueError):
@@ -103,6 +104,15 @@ class TrainConfig:
     # trains turn k with the return from turn k on (intermediate rewards; train/grpo.py)
     turn_credit: TurnCredit = "episode"
     loss_agg: LossAgg = "token-mean"
+    # GSPO (Zheng et al., 2025): "sequence" takes one importance ratio per reply, the geometric mean of its
+    # tokens' ratios, and clips it; it needs loss_agg seq-mean-token-mean and a clip range near 3e-4/4e-4
+    importance_ratio: ImportanceRatio = "token"
+    # DAPO (Yu et al., 2025): overlong_filter leaves replies cut off at max_tokens out of the loss; a soft
+    # overlong punishment (overlong_buffer > 0) lowers a reply's reward linearly from 0 to -overlong_penalty
+    # over its last overlong_buffer tokens before max_tokens
+    overlong_filter: bool = False
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
     max_grad_norm: float = 1.0
     # asynchronous training: 0 = lockstep (sample, then learn; reproducible). k >= 1: a sampler thread
     # samples ahead with a copy of the weights, samples are at most k updates old, and the loss
@@ -160,6 +170,8 @@ class TrainConfig:
             "time_limit_min",
             "temperature",
             "max_staleness",
+            "overlong_buffer",
+            "overlong_penalty",
         ]:
             if getattr(self, name) < 0:
                 raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(self, name)}")
@@ -176,6 +188,22 @@ class TrainConfig:
             raise ConfigError(
                 f"config fields 'eps_low'/'eps_high' must satisfy 0 <= eps_low < 1, eps_high >= 0; got {self.eps_low}, {self.eps_high}"
             )
+        if self.overlong_buffer > self.max_tokens:
+            raise ConfigError(
+                f"config field 'overlong_buffer' ({self.overlong_buffer}) must be at most max_tokens ({self.max_tokens})"
+            )
+        if self.importance_ratio == "sequence":
+            if self.loss_agg != "seq-mean-token-mean":
+                raise ConfigError(
+                    "config field 'importance_ratio' sequence (GSPO) averages the loss per reply: set loss_agg: "
+                    f"seq-mean-token-mean (got {self.loss_agg!r})"
+                )
+            if self.eps_high > 0.01 or self.eps_low > 0.01:
+                raise ConfigError(
+                    "config field 'importance_ratio' sequence (GSPO) clips a per-reply ratio that stays near 1: "
+                    "use a clip range like the paper's, eps_low: 0.0003, eps_high: 0.0004 "
+                    f"(got {self.eps_low}, {self.eps_high})"
+                )
         if self.group_size < 2:
             raise ConfigError(
                 f"config field 'group_size' must be at least 2 (GRPO compares samples within a group), got {self.group_size}"

@@ -40,6 +40,27 @@ corrects for the behaviour policy having sampled it::
 
     pg   = -w · min(ρ·A, clip(ρ, 1 - ε_low, 1 + ε_high)·A),   ρ = exp(logp - logp_prox)
 
+GSPO (``importance_ratio="sequence"``; Zheng et al., 2025, "Group Sequence Policy Optimization"):
+one ratio per reply, the geometric mean of its tokens' ratios ``s = exp(mean_t(logp - logp_old))``,
+clipped as a whole (the paper's range is ``1 - 3e-4 .. 1 + 4e-4``) and averaged per reply
+(``loss_agg="seq-mean-token-mean"``). It is computed in the GSPO-token form, per-token ratios
+``sg[s]·π_t/sg[π_t]``, whose values are all ``s`` and whose gradient is GSPO's. A token's ratio
+is noisy; a reply's is the quantity the reward judges, and a sequence-level clip does not
+silence single tokens of a long reply. Stale samples get one truncated weight per reply too,
+``min(exp(mean_t(logp_prox - logp_behaviour)), C)``.
+
+DAPO's length handling (Yu et al., 2025, "DAPO", §3.4): ``overlong_filter`` leaves turns cut off
+at ``max_tokens`` (``finish_reason == "length"``) out of the loss — their rewards still count in
+the group's baseline, as in DAPO, since they are what the policy did; and the soft overlong
+punishment (``overlong_buffer`` = L_cache > 0) adds to an episode's reward, for each of its turns
+of length ``|y|`` with ``L = max_tokens``::
+
+    0                                    if |y| <= L - L_cache
+    -penalty · (|y| - (L - L_cache)) / L_cache   otherwise (so -penalty at |y| = L)
+
+:func:`shaped_rewards` is the one place rewards are read for learning: advantages and the
+trainer's dynamic sampling both see these values.
+
 Aggregation over tokens (``loss_agg``):
 
 * ``"token-mean"`` — mean over every token of the batch (DAPO): long answers weigh more.
@@ -60,7 +81,7 @@ import torch
 
 from ludus.core.types import Trajectory
 from ludus.policies.base import TrainablePolicy
-from ludus.train.config import LossAgg, Scale, TrainConfig
+from ludus.train.config import ImportanceRatio, LossAgg, Scale, TrainConfig
 
 SCALES: tuple[str, ...] = get_args(Scale)
 LOSS_AGGS: tuple[str, ...] = get_args(LossAgg)
@@ -138,16 +159,45 @@ def rewards_and_validity(groups: Sequence[Sequence[Trajectory]]) -> tuple[torch.
     return rewards, valid
 
 
+def overlong_penalty(length: int, config: TrainConfig) -> float:
+    """DAPO's soft overlong punishment of one turn of ``length`` completion tokens (≤ 0)."""
+    buffer = config.overlong_buffer
+    if not buffer:
+        return 0.0
+    excess = length - (config.max_tokens - buffer)
+    return -config.overlong_penalty * min(1.0, max(0.0, excess / buffer))
+
+
+def shaped_rewards(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rewards_and_validity` with the soft overlong punishment of every turn added (valid samples only)."""
+    rewards, valid = rewards_and_validity(groups)
+    if config.overlong_buffer:
+        penalties = torch.tensor(
+            [[sum(overlong_penalty(len(turn.completion_ids), config) for turn in t.turns) for t in g] for g in groups]
+        )
+        rewards = rewards + penalties * valid
+    return rewards, valid
+
+
+def has_signal(group: Sequence[Trajectory], config: TrainConfig) -> bool:
+    """Whether a group's measured (shaped) rewards differ: GRPO learns nothing from one where they do not."""
+    rewards, valid = shaped_rewards([group], config)
+    return len(set(rewards[valid].tolist())) > 1
+
+
 def advantages_per_turn(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[list[float]]:
     """The advantage of every turn of every trajectory (groups flattened in order), by ``turn_credit``."""
-    rewards, valid = rewards_and_validity(groups)
+    rewards, valid = shaped_rewards(groups, config)
     trajs = [t for group in groups for t in group]
     if config.turn_credit == "episode":
         adv = group_advantages(rewards, valid, config.scale_rewards).flatten().tolist()
         return [[a] * len(traj.turns) for traj, a in zip(trajs, adv, strict=True)]
     width = max(len(traj.turns) for traj in trajs)
-    # the return from each turn on: the sums of the turn rewards from the last turn backwards
-    togo = [list(accumulate(turn.reward for turn in reversed(traj.turns)))[::-1] for traj in trajs]
+    # the return from each turn on: the sums of the (shaped) turn rewards from the last turn backwards
+    togo = [
+        list(accumulate(t.reward + overlong_penalty(len(t.completion_ids), config) for t in reversed(traj.turns)))[::-1]
+        for traj in trajs
+    ]
     padded = torch.tensor([g + [0.0] * (width - len(g)) for g in togo]).view(*rewards.shape, width)
     rows = turn_advantages(padded, rewards, valid, config.scale_rewards).view(len(trajs), width).tolist()
     return [row[: len(traj.turns)] for traj, row in zip(trajs, rows, strict=True)]
@@ -168,14 +218,25 @@ class Sample:
 
 def build_samples(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[Sample]:
     """Every turn of every trajectory as a :class:`Sample`, except turns with advantage 0 when
-    there is no KL term: they would contribute no gradient, so they cost compute for nothing."""
+    there is no KL term (they would contribute no gradient, so they cost compute for nothing)
+    and, with ``overlong_filter``, turns cut off at ``max_tokens``."""
     trajs = [t for group in groups for t in group]
     return [
         Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a)
         for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True)
         for turn, a in zip(traj.turns, advantages, strict=True)
-        if a != 0.0 or config.beta > 0
+        if (a != 0.0 or config.beta > 0) and not (config.overlong_filter and turn.finish_reason == "length")
     ]
+
+
+def overlong_metrics(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> dict[str, float]:
+    """The step's share of turns cut off at ``max_tokens`` and mean overlong penalty per episode."""
+    turns = [turn for group in groups for t in group for turn in t.turns]
+    penalties = [sum(overlong_penalty(len(turn.completion_ids), config) for turn in t.turns) for g in groups for t in g]
+    return {
+        "overlong/truncated_frac": round(sum(t.finish_reason == "length" for t in turns) / max(1, len(turns)), 4),
+        "overlong/penalty": round(sum(penalties) / max(1, len(penalties)), 4),
+    }
 
 
 # ---- 3. the loss --------------------------------------------------------------------------
@@ -207,6 +268,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     behaviour_logp: torch.Tensor | None = None,
     importance_cap: float = 2.0,
+    importance_ratio: ImportanceRatio = "token",
 ) -> tuple[torch.Tensor, LossStats]:
     """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``.
 
@@ -222,7 +284,15 @@ def policy_loss(
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
     mask = mask.to(logp.dtype)
-    ratio = torch.exp(logp - proximal_logp)
+    lengths = mask.sum(1).clamp(min=1)
+
+    def per_reply(x: torch.Tensor) -> torch.Tensor:  # a reply's mean over its tokens, as [B, 1]
+        return ((x * mask).sum(1) / lengths)[:, None]
+
+    if importance_ratio == "sequence":  # GSPO-token: every token's ratio is the reply's s, with GSPO's gradient
+        ratio = torch.exp(per_reply(logp - proximal_logp).detach() + logp - logp.detach())
+    else:
+        ratio = torch.exp(logp - proximal_logp)
     adv = advantages[:, None]
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
@@ -231,7 +301,10 @@ def policy_loss(
     if behaviour_logp is not None:
         if not importance_cap >= 1.0:
             raise ValueError(f"importance_cap must be >= 1, got {importance_cap}")
-        weight = torch.exp(proximal_logp - behaviour_logp).detach().clamp(max=importance_cap)
+        log_weight = proximal_logp - behaviour_logp
+        if importance_ratio == "sequence":
+            log_weight = per_reply(log_weight).expand_as(logp)
+        weight = torch.exp(log_weight).detach().clamp(max=importance_cap)
         per_token = weight * per_token
     pg_per_token = per_token
     kl_per_token = torch.zeros_like(logp)
@@ -378,6 +451,7 @@ def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict
                 entropy_coef=c.entropy_coef,
                 behaviour_logp=behaviour,
                 importance_cap=c.importance_cap,
+                importance_ratio=c.importance_ratio,
             )
             learner.optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -47,6 +47,7 @@ from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine, r
 from ludus.rollout.hosts import EnvHost
 from ludus.train.config import TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker
+from ludus.train.grpo import has_signal
 
 
 class BehaviourPolicy(Policy):
@@ -81,11 +82,6 @@ class SyncedPolicy(Protocol):
     version: int
 
     def sync(self, policy: TrainablePolicy) -> object: ...
-
-
-def has_signal(group: list[Trajectory]) -> bool:
-    """Whether a group's measured rewards differ: GRPO learns nothing from one where they do not."""
-    return len({t.reward for t in group if not (t.score and t.score.is_infra_error)}) > 1
 
 
 def admits(unconsumed: int, deadline: int, next_step: int, groups_per_step: int) -> bool:
@@ -178,7 +174,7 @@ class AheadSampler:
             generator=torch.Generator().manual_seed(config.seed + start.step),
         )
         self._picker = picker
-        self._dynamic = config.dynamic_sampling
+        self._config = config
         self._drop_budget = (config.dynamic_sampling_rounds - 1) * self.groups_per_step
         self._dropped: list[tuple[Pick, list[Trajectory]]] = []
         self._order = itertools.chain(start.replay, itertools.count(start.next_group))
@@ -282,7 +278,11 @@ class AheadSampler:
                 with self._cond:
                     entry = self._groups[group]
                     self._picker.observe(entry.pick, trajectories)
-                    if self._dynamic and not has_signal(trajectories) and len(self._dropped) < self._drop_budget:
+                    if (
+                        self._config.dynamic_sampling
+                        and not has_signal(trajectories, self._config)
+                        and len(self._dropped) < self._drop_budget
+                    ):
                         del self._groups[group]  # its place goes to a fresh group
                         self._dropped.append((entry.pick, trajectories))
                         self._wake.set()  # type: ignore[union-attr] - set by _sample before the stream

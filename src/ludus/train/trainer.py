@@ -58,7 +58,7 @@ from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
 from ludus.train.run_folder import RunFolder
-from ludus.train.sampler import AheadSampler, StreamPosition, has_signal
+from ludus.train.sampler import AheadSampler, StreamPosition
 from ludus.train.supervised import base_policy
 
 Metrics = Callable[[dict[str, Any]], None]
@@ -485,6 +485,8 @@ class Trainer:
         if len(self.picker.ladders) > 1:
             record |= mixture_metrics(sampled)
         record |= self.picker.metrics()
+        if c.overlong_filter or c.overlong_buffer:
+            record |= grpo.overlong_metrics([group for _, group in sampled], c)
         if c.dynamic_sampling:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(kept)}
             record |= {"dynamic/rounds": rounds} if rounds else {}
@@ -590,7 +592,7 @@ class Trainer:
             for pick, group in batch:
                 self.picker.observe(pick, group)
             sampled += batch
-            kept += [(pick, group) for pick, group in batch if not c.dynamic_sampling or has_signal(group)]
+            kept += [(pick, group) for pick, group in batch if not c.dynamic_sampling or grpo.has_signal(group, c)]
             rounds += 1
             if not c.dynamic_sampling or len(kept) >= c.prompts_per_step or rounds >= c.dynamic_sampling_rounds:
                 return kept[: c.prompts_per_step], sampled, rounds
