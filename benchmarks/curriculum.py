@@ -10,7 +10,7 @@ ways to spend it, each from the same warm-started base (it is warm-started on ev
 Prints, per seed, the hardest level's held-out greedy accuracy at the end of each run and the
 curriculum's margin over uniform. Not a test: it takes 3 × minutes × seeds.
 
-    python benchmarks/curriculum.py --env arithmetic --levels 1 2 3 4 --minutes 4 --seeds 0 1 2
+    python benchmarks/curriculum.py --env-args '{"digit_credit": 0.5}' --levels 1 2 3 --minutes 3
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ ARMS = ("uniform", "curriculum", "dynamic")
 
 
 def arm_config(
-    arm: str, env: str, levels: list[int], seed: int, minutes: float, runs: str, threads: int
+    arm: str, env: str, args: dict[str, Any], levels: list[int], seed: int, minutes: float, runs: str, threads: int
 ) -> dict[str, Any]:
     """The overrides of one run; everything else is the default recipe."""
     common: dict[str, Any] = {"seed": seed, "time_limit_min": minutes, "runs_dir": runs, "name": f"{arm}-{seed}"}
     common["threads"] = threads
-    mixture = [{"name": env, "args": {"difficulty": lv}, "label": f"L{lv}"} for lv in levels]
+    mixture = [{"name": env, "args": args | {"difficulty": lv}, "label": f"L{lv}"} for lv in levels]
     if arm == "curriculum":
-        return common | {"env": env, "env_args": {}, "curriculum": True, "curriculum_levels": levels}
+        return common | {"env": env, "env_args": args, "curriculum": True, "curriculum_levels": levels}
     return common | {"envs": mixture, "dynamic_sampling": arm == "dynamic"}
 
 
@@ -45,11 +45,15 @@ def hardest_accuracy(record: dict[str, Any], arm: str, env: str, levels: list[in
     return record[key]
 
 
-def run(arm: str, env: str, levels: list[int], seed: int, minutes: float, threads: int) -> dict[str, Any]:
+def run(
+    arm: str, env: str, args: dict[str, Any], levels: list[int], seed: int, minutes: float, threads: int
+) -> dict[str, Any]:
     runs = tempfile.mkdtemp(prefix="ludus-curriculum-")
-    config = load_config(overrides=arm_config(arm, env, levels, seed, minutes, runs, threads))
+    config = load_config(overrides=arm_config(arm, env, args, levels, seed, minutes, runs, threads))
     started = time.perf_counter()
     result = Trainer.create(config, log=lambda _: None).run()
+    if result.interrupted:  # Ctrl-C / SIGTERM ends the run gracefully; end the benchmark too
+        raise SystemExit(130)
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if "eval/accuracy" in r]
     train = [r for r in records if "reward/mean" in r]
@@ -64,19 +68,24 @@ def run(arm: str, env: str, levels: list[int], seed: int, minutes: float, thread
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="arithmetic")
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--env-args", default="{}", help="JSON arguments every level shares, e.g. reward shaping")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--minutes", type=float, default=4.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: all cores)")
     parser.add_argument("--json", help="write every result here")
     args = parser.parse_args()
-    print(f"{args.env} levels {args.levels}, {args.minutes} min per run, {os.cpu_count()} cores, seeds {args.seeds}")
+    print(
+        f"{args.env} {args.env_args} levels {args.levels}, {args.minutes} min per run, {os.cpu_count()} cores, seeds {args.seeds}"
+    )
     results: dict[int, dict[str, dict[str, Any]]] = {}
     for seed in args.seeds:
         results[seed] = {}
         for arm in args.arms:
-            r = results[seed][arm] = run(arm, args.env, args.levels, seed, args.minutes, args.threads)
+            r = results[seed][arm] = run(
+                arm, args.env, json.loads(args.env_args), args.levels, seed, args.minutes, args.threads
+            )
             extra = f"  levels over time {r['levels']}" if "levels" in r else ""
             print(
                 f"seed {seed} {arm:>10}: hardest level {r['final']:.3f} (best {r['best']:.3f}), {r['steps']} steps{extra}"

@@ -28,6 +28,8 @@ PAIR = (
 def final_eval(overrides: dict[str, Any]) -> dict[str, float]:
     config = load_config(overrides=overrides | {"runs_dir": tempfile.mkdtemp(prefix="ludus-mixture-")})
     result = Trainer.create(config, log=lambda _: None).run()
+    if result.interrupted:  # Ctrl-C / SIGTERM ends the run gracefully; end the benchmark too
+        raise SystemExit(130)
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r for r in records if "eval/accuracy" in r][-1] | {"steps": result.step}
 
