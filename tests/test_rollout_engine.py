@@ -495,3 +495,36 @@ def test_thread_host_runs_calls_on_its_threads_and_drops_abandoned_ones():
         host.shutdown()
 
     asyncio.run(main())
+
+
+def test_a_step_that_lists_tools_changes_the_tools_offered_from_then_on():
+    """BFCL's miss_func reveals functions mid-episode: the policy must be offered them at the next call."""
+    from ludus.core.types import ToolSpec
+
+    first, more = ToolSpec("ls", "list", {"type": "object"}), ToolSpec("tail", "last lines", {"type": "object"})
+
+    class Revealing(Env):
+        name = "revealing"
+        max_turns = 3
+
+        def begin(self, task):
+            return Observation([Message("user", task.prompt)], [first])
+
+        def transition(self, action):
+            if self.turn == 0:
+                return StepResult(Observation([Message("user", "more functions")], [first, more]))
+            if self.turn == 1:
+                return StepResult(Observation([Message("user", "go on")]))  # no tools listed: unchanged
+            return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+
+    offered: list[list[str]] = []
+
+    class Recording(Echo):
+        def generate(self, conversations, sampling, *, tools=None, generator=None):
+            offered.extend([t.name for t in each] for each in tools or [[]])
+            return super().generate(conversations, sampling, tools=tools, generator=generator)
+
+    (t,) = RolloutEngine(Recording(), Revealing, SamplingParams(max_tokens=4)).run(requests([Task("t", "x")]))
+    assert t.score.value == 1.0
+    assert offered == [["ls"], ["ls", "tail"], ["ls", "tail"]]
+    assert [s.name for s in t.tools] == ["ls", "tail"]

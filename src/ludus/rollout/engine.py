@@ -380,6 +380,8 @@ class RolloutEngine:
                 )
                 # the conversation as Env.step leaves it: the action, then what the environment added
                 trajectory.messages = [*trajectory.messages, action, *result.observation.messages]
+                if result.observation.tools:  # a step may change the tool set (BFCL's miss_func reveals functions)
+                    trajectory.tools = list(result.observation.tools)
                 _add_step_info(trajectory.info, result.info)
                 if result.done:
                     trajectory.score = result.score

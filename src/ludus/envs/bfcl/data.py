@@ -79,3 +79,66 @@ def is_eval(task_id: str, eval_fraction: float) -> bool:
     """A fixed split by hash of the id: the same item is always on the same side."""
     digest = hashlib.sha256(task_id.encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32 < eval_fraction
+
+
+# ---- multi-turn ------------------------------------------------------------------------------------
+
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+# BFCL's bfcl_eval.constants.executable_backend_config, for the classes of the multi-turn categories
+# (the memory and web-search classes belong to other categories and need heavy dependencies)
+FUNC_DOC_FILES = {
+    "GorillaFileSystem": "gorilla_file_system.json",
+    "MathAPI": "math_api.json",
+    "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json",
+    "TicketAPI": "ticket_api.json",
+    "TradingBot": "trading_bot.json",
+    "TravelAPI": "travel_booking.json",
+    "VehicleControlAPI": "vehicle_control.json",
+}
+
+
+def load_multi_turn(category: str, path: str | Path | None = None) -> list[Task]:
+    """Every item of one multi-turn category as a Task: ``answer`` is the ground truth (a list per turn
+    of call strings such as ``"cd(folder='document')"``), ``info`` holds the user turns, the involved
+    classes and their initial configuration, the functions offered at the start and, for
+    ``multi_turn_miss_func``, the held-back functions by the turn (as a string) that reveals them."""
+    if category not in MULTI_TURN:
+        raise ValueError(f"category must be one of {list(MULTI_TURN)} or 'all_multi_turn', got {category!r}")
+    folder = data_folder(path)
+    stem = f"BFCL_v4_{category}.json"
+    answers = {a["id"]: a["ground_truth"] for a in _lines(folder / "possible_answer" / stem)}
+    docs: dict[str, list[dict[str, Any]]] = {}
+    tasks = []
+    for item in _lines(folder / stem):
+        classes = item["involved_classes"]
+        unknown = [c for c in classes if c not in FUNC_DOC_FILES]
+        if unknown:
+            raise ValueError(f"{item['id']}: no function docs known for {unknown}")
+        for name in classes:
+            if name not in docs:
+                docs[name] = _lines(folder / "multi_turn_func_doc" / FUNC_DOC_FILES[name])
+        functions = [f for name in classes for f in docs[name]]
+        missed: dict[str, list[dict[str, Any]]] = {}
+        for turn, names in (item.get("missed_function") or {}).items():  # as BFCL's populate_test_cases...
+            missed[turn] = [f for f in functions if f["name"] in names]
+            functions = [f for f in functions if f["name"] not in names]
+        turns = item["question"]
+        tasks.append(
+            Task(
+                id=item["id"],
+                prompt="\n".join(m["content"] for m in turns[0] if m["role"] == "user"),
+                answer=answers[item["id"]],
+                info={
+                    "category": category,
+                    "turns": turns,
+                    "involved_classes": classes,
+                    "initial_config": item.get("initial_config", {}),
+                    "functions": functions,
+                    "missed_functions": missed,
+                    "long_context": "long_context" in category,
+                },
+                source=f"bfcl:{category}",
+            )
+        )
+    return tasks
