@@ -185,6 +185,10 @@ def test_grpo_trainer_trains_on_ludus_rewards_and_leaves_infra_errors_out(tmp_pa
     assert not torch.equal(before, weights(trainer.model))
 
 
+def ids(tokenized) -> list[int]:
+    return list(tokenized["input_ids"])
+
+
 def teach_tool_use(folder: Path, environment: LudusEnvironment, rows: list[dict]) -> None:
     """Teach on task 0: call add(1, 2), then reply 3 (what the model then does on the other tasks is wrong)."""
     tokenizer = tokenizer_for(folder)
@@ -192,16 +196,21 @@ def teach_tool_use(folder: Path, environment: LudusEnvironment, rows: list[dict]
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
     examples = []
     for row in rows[:1]:
-        first = tokenizer.apply_chat_template(row["prompt"], tools=tools, tokenize=False, add_generation_prompt=True)
+        # token ids rendered exactly as TRL renders its prompts (tokenize=True), not text tokenized again
+        first = ids(
+            tokenizer.apply_chat_template(row["prompt"], tools=tools, add_generation_prompt=True, return_dict=True)
+        )
         examples.append((first, '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call></s>'))
         turn = [
             *row["prompt"],
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "name": "add", "content": "3"},
         ]
-        second = tokenizer.apply_chat_template(turn, tools=tools, tokenize=False, add_generation_prompt=True)
+        second = ids(tokenizer.apply_chat_template(turn, tools=tools, add_generation_prompt=True, return_dict=True))
         examples.append((second, "3</s>"))
-    teach(folder, examples)
+    # the first token after "<|assistant|>" must tell a first turn from one after the tool result:
+    # 80 steps were not always enough to learn it (the model then answered "3" at once)
+    teach(folder, examples, steps=300)
 
 
 def run_environment(tmp_path: Path, tiny: Path, environment: LudusEnvironment):

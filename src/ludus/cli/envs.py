@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
 def describe(entry: EnvEntry, source: SourceReader) -> str:
     """The environment's description, from its source if that spells it out, else from its imported class
     (which raises ``EnvLoadError`` if the class cannot be imported)."""
+    if entry.description is not None:
+        return entry.description
     if entry.origin != "registered":  # a class registered in this process is already imported
         try:
             return source.description(entry.target) or NO_DESCRIPTION

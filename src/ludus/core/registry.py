@@ -9,6 +9,11 @@ A package makes its environment available to ``ludus train --env NAME`` by decla
 Ludus's built-in families are declared the same way in Ludus's own ``pyproject.toml``, so
 adding a family touches its folder and one line there. Entries are import paths: a module
 is imported only when its environment is made or described, which keeps ``ludus envs`` fast.
+
+A package that offers many environments at once (reasoning-gym's hundred datasets as ``rg:NAME``)
+declares one ``ludus.env_families`` entry point instead: a function returning ``(name, target,
+description)`` for each, or raising ``ImportError`` saying what to install. It is called only
+for a name with a colon, or to list everything.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 from ludus.core.env import Env
 
 ENTRY_POINT_GROUP = "ludus.envs"
+FAMILY_GROUP = "ludus.env_families"
 DISTRIBUTION = "ludus"  # entry points of this distribution are the built-ins
 
 _registered: dict[str, type[Env]] = {}
@@ -43,7 +49,8 @@ class EnvLoadError(ImportError):
 class EnvEntry:
     name: str
     target: str  # "module:Class"
-    origin: str  # "builtin", "entry point (package X)", or "registered"
+    origin: str  # "builtin", "entry point (package X)", "family X", or "registered"
+    description: str | None = None  # known without importing the class (a family's members)
 
     def load(self) -> type[Env]:
         if self.name in _registered:
@@ -94,18 +101,41 @@ def _declared() -> dict[str, EnvEntry]:
     return found
 
 
+@functools.cache
+def _family_members() -> tuple[dict[str, EnvEntry], dict[str, str]]:
+    """The members of every ``ludus.env_families`` entry point, and for each family that cannot list
+    them (its package is missing) the reason, by name prefix."""
+    found: dict[str, EnvEntry] = {}
+    missing: dict[str, str] = {}
+    for ep in entry_points(group=FAMILY_GROUP):
+        try:
+            members = ep.load()()
+        except ImportError as exc:
+            missing[ep.name] = str(exc)
+            continue
+        for name, target, description in members:
+            found.setdefault(name, EnvEntry(name, target, f"family {ep.name}", description))
+    return found, missing
+
+
 def entries() -> dict[str, EnvEntry]:
     """Every known environment by name; one registered in this process wins over an entry point."""
-    found = dict(_declared())
+    found = {**_family_members()[0], **_declared()}
     for name, cls in _registered.items():
         found[name] = EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
     return dict(sorted(found.items()))
 
 
 def get_entry(name: str) -> EnvEntry:
+    if name in _registered or name in _declared():  # without listing the families
+        return entries()[name]
+    members, missing = _family_members() if ":" in name else ({}, {})
+    if name in members:
+        return members[name]
+    prefix = name.partition(":")[0]
+    if prefix in missing:
+        raise UnknownEnvError(f"no environment named {name!r}: family {prefix!r} is unavailable: {missing[prefix]}")
     known = entries()
-    if name in known:
-        return known[name]
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     if not known:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from ludus.core.types import Score, Status
+
 Marker = Literal["boxed", "answer_tag", "gsm8k", "answer_line"]
 MARKERS: tuple[Marker, ...] = ("boxed", "answer_tag", "gsm8k", "answer_line")
 DESCRIBED = {
@@ -126,3 +128,33 @@ def last_math(text: str) -> tuple[list[str], str]:
     if numbers:
         return [numbers[-1]], "the last number (fallback)"
     return [], "no marker and no math expression in the reply"
+
+
+MAX_ANSWER_CHARS = 2_000
+# A tiny model answers bare ("57"), so a reply with no marker is itself the answer here.
+EXACT_PRIORITY: tuple[Marker, ...] = ("answer_tag", "boxed", "answer_line", "gsm8k")
+
+
+def extract_answer(text: str) -> tuple[str | None, str]:
+    """The final answer in ``text`` and where it came from; ``(None, reason)`` when several
+    *different* marked answers are given or there is none (see :func:`find_answers`)."""
+    found, where = find_answers(text, EXACT_PRIORITY, whole_reply=True)
+    if len(set(found)) > 1:
+        return None, f"{len(set(found))} different final answers in {where}s: {found[:4]}"
+    return (found[-1], where) if found else ("", where)
+
+
+def final_answer(completion: str, max_chars: int = MAX_ANSWER_CHARS) -> tuple[str | None, Score | None]:
+    """The reply's single final answer, or the zero :class:`Score` saying why there is none.
+
+    Shared by every exact-answer verifier so that length caps, hedging and empty answers are
+    judged the same way everywhere.
+    """
+    if len(completion) > max_chars:
+        return None, Score.zero(Status.FORMAT_ERROR, f"reply is {len(completion)} characters; the cap is {max_chars}")
+    answer, where = extract_answer(completion)
+    if answer is None:
+        return None, Score.zero(Status.AMBIGUOUS, where)
+    if not answer:
+        return None, Score.zero(Status.NO_ANSWER, f"empty answer ({where})")
+    return answer, None

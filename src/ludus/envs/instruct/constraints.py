@@ -235,7 +235,7 @@ def _placeholders(text: str, p: Constraint) -> bool:
 
 
 def placeholders(text: str) -> int:
-    """IFEval's ``len(re.findall(r"\[.*?\]", text))``, counted by hand: that regex backtracks
+    r"""IFEval's ``len(re.findall(r"\[.*?\]", text))``, counted by hand: that regex backtracks
     quadratically on a line of ``[[[[…`` (a 100,000-character reply took 36 s)."""
     count = 0
     for line in text.split("\n"):

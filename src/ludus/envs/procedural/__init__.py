@@ -2,7 +2,13 @@
 with exact graders: integers and integer lists (:mod:`.exact`), countdown expressions
 (:mod:`.countdown`)."""
 
-from ludus.envs.procedural.countdown import score_countdown
+from ludus.envs.procedural.countdown import (
+    ExpressionError,
+    expression_value,
+    numbers_in,
+    parse_expression,
+    score_countdown,
+)
 from ludus.envs.procedural.env import (
     ArithmeticEnv,
     CountdownEnv,
@@ -10,14 +16,20 @@ from ludus.envs.procedural.env import (
     ProceduralEnv,
     SortingEnv,
 )
-from ludus.envs.procedural.exact import score_int, score_int_list
+from ludus.envs.procedural.exact import parse_int, parse_int_list, score_int, score_int_list
 
 __all__ = [
     "ArithmeticEnv",
     "CountdownEnv",
+    "ExpressionError",
     "LinearEquationEnv",
     "ProceduralEnv",
     "SortingEnv",
+    "expression_value",
+    "numbers_in",
+    "parse_expression",
+    "parse_int",
+    "parse_int_list",
     "score_countdown",
     "score_int",
     "score_int_list",

@@ -13,7 +13,8 @@ from fractions import Fraction
 from typing import TypeAlias
 
 from ludus.core.types import Score, Status
-from ludus.envs.procedural.exact import final_answer, parse_int
+from ludus.envs.procedural.exact import parse_int
+from ludus.tasks.answers import final_answer
 
 MAX_EXPRESSION_CHARS = 200
 MAX_DEPTH = 20

@@ -10,23 +10,10 @@ from __future__ import annotations
 import re
 
 from ludus.core.types import Score, Status
-from ludus.tasks.answers import Marker, find_answers
-
-MAX_ANSWER_CHARS = 2_000
+from ludus.tasks.answers import final_answer
 
 _INT = re.compile(r"[+-]?\d+")
 _MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})
-# A tiny model answers bare ("57"), so a reply with no marker is itself the answer here.
-PRIORITY: tuple[Marker, ...] = ("answer_tag", "boxed", "answer_line", "gsm8k")
-
-
-def extract_answer(text: str) -> tuple[str | None, str]:
-    """The final answer in ``text`` and where it came from; ``(None, reason)`` when several
-    *different* marked answers are given or there is none (see :func:`find_answers`)."""
-    found, where = find_answers(text, PRIORITY, whole_reply=True)
-    if len(set(found)) > 1:
-        return None, f"{len(set(found))} different final answers in {where}s: {found[:4]}"
-    return (found[-1], where) if found else ("", where)
 
 
 def parse_int(text: str) -> int | None:
@@ -43,24 +30,6 @@ def parse_int_list(text: str) -> list[int] | None:
     parts = [p.strip() for p in re.split(r"[,\s]+", text) if p.strip()]
     values = [int(p) if _INT.fullmatch(p) else None for p in parts]
     return None if any(v is None for v in values) else [v for v in values if v is not None]
-
-
-def final_answer(completion: str) -> tuple[str | None, Score | None]:
-    """The reply's single final answer, or the zero :class:`Score` saying why there is none.
-
-    Shared by every exact-answer verifier so that length caps, hedging and empty answers are
-    judged the same way everywhere.
-    """
-    if len(completion) > MAX_ANSWER_CHARS:
-        return None, Score.zero(
-            Status.FORMAT_ERROR, f"reply is {len(completion)} characters; the cap is {MAX_ANSWER_CHARS}"
-        )
-    answer, where = extract_answer(completion)
-    if answer is None:
-        return None, Score.zero(Status.AMBIGUOUS, where)
-    if not answer:
-        return None, Score.zero(Status.NO_ANSWER, f"empty answer ({where})")
-    return answer, None
 
 
 def score_int(completion: str, gold: int, *, variable: str | None = None) -> Score:
