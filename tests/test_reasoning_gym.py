@@ -189,3 +189,12 @@ def test_the_docs_table_is_the_audit():
     assert set(rows) == set(AUDIT)
     for name, verdict in AUDIT.items():
         assert rows[name] == (verdict.kind, verdict.reason), name
+
+
+@pytest.mark.parametrize("dataset", OFFERED)
+def test_every_offered_dataset_resists_the_red_team(dataset):
+    """Hedges, enormous answers, every option at once, the gold inside padding: none earns reward."""
+    from ludus.rollout.redteam import format_redteam, redteam_env_by_name
+
+    report = redteam_env_by_name(f"rg:{dataset}", tasks=3)
+    assert report.ok, format_redteam(report)

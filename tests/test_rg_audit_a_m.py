@@ -401,3 +401,14 @@ def test_works_oracle_and_wrong(name: str) -> None:
                 continue
         if other != gold:
             assert dataset(name, size).score_answer(other, copy.deepcopy(e)) < 1.0, (name, other)
+
+
+def test_knights_knaves_refuses_padding_and_repeated_statements() -> None:
+    """rg keeps (name, role) pairs from any text: the right statements twice, with words between, pass it."""
+    ds = dataset("knights_knaves", 30)
+    e = ds[0]
+    padded = f"{e['answer']} or maybe not {e['answer']}"
+    assert ds.score_answer(padded, e) == 1.0
+    assert ours("knights_knaves", padded, e) == 0.0
+    assert ours("knights_knaves", f"{e['answer']} {e['answer']}", e) == 0.0
+    assert ours("knights_knaves", e["answer"].replace(",", " and").upper(), e) == 1.0

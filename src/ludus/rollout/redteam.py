@@ -240,6 +240,8 @@ def _every_option(t: Target) -> Iterator[Variant]:
     elif gold is not None:
         options = [*t.wrong(), gold, *t.others]
         options = list(dict.fromkeys(options))
+        if len(options) < 2:  # every known answer is the gold: playing it is no cheat
+            return
         middle = len(options) // 2
         options.insert(middle, options.pop(options.index(gold)))
         yield "every known answer, each marked", [_say("\n".join(t.wrap(o) for o in options))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections import Counter, deque
@@ -513,6 +514,55 @@ def reference_intermediate_integration(entry: dict[str, Any]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# knights_knaves (rg keeps (name, role) pairs from any text, so padding and repeats pass)
+
+_KK_GLUE = frozenset({"is", "a", "an", "and"})
+
+
+@functools.cache
+def _kk_roles() -> frozenset[str]:
+    from reasoning_gym.logic.knights_knaves import VALID_ROLES  # noqa: PLC0415 - not for ``ludus envs``
+
+    return frozenset(VALID_ROLES)
+
+
+def _kk_pairs(text: str) -> list[tuple[str, str]] | None:
+    """Each ``name is a role`` of ``text`` in order, or None if a word is neither a name, a role nor glue."""
+    words = re.sub(r"[.,;()]", " ", text.lower()).split()
+    pairs, name = [], None
+    for word in words:
+        if word in _KK_GLUE:
+            continue
+        if word in _kk_roles():
+            if name is None:
+                return None
+            pairs.append((name, word))
+            name = None
+        elif name is None:
+            name = word
+        else:
+            return None  # two names in a row: words that are not part of a statement
+    return None if name is not None else pairs
+
+
+def score_knights_knaves(answer: str, entry: dict[str, Any]) -> Score:
+    if (refusal := early(answer)) is not None:
+        return refusal
+    gold = _kk_pairs(entry["answer"])
+    mine = _kk_pairs(answer)
+    if gold is None:
+        return Score.zero(Status.INFRA_ERROR, "the gold answer does not read as statements")
+    if mine is None:
+        return format_error("not only statements like 'Zoey is a knight'", answer)
+    names = [name for name, _ in mine]
+    if len(set(names)) != len(names):
+        return format_error("a person's role is stated more than once", answer)
+    if set(mine) == set(gold):
+        return correct("every role is right", answer)
+    return wrong(f"expected {sorted(gold)}, got {sorted(mine)}", answer)
+
+
+# ---------------------------------------------------------------------------------------------
 # knight_swap (rg pays only a solution no longer than its own, though the question asks for any)
 
 
@@ -719,9 +769,11 @@ AUDIT: dict[str, Verdict] = {
         score_knight_swap,
     ),
     "knights_knaves": Verdict(
-        "works",
-        "rg reduces both texts to sets of (name, role) pairs and pays only equal sets, so a hedge or an extra "
-        "pair fails.",
+        "replaced",
+        "rg reads any word before a role as a name and ignores every other word, so the right statement twice "
+        "with words between ('A is a knight and B is a knave or maybe not A is a knight and B is a knave') earns "
+        "full marks; we accept only the puzzle's names, roles and 'is/a/an/and', each person's role stated once.",
+        score_knights_knaves,
     ),
     "letter_jumble": Verdict(
         "replaced",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, deque
 from decimal import Decimal
@@ -772,6 +773,39 @@ def score_tsumego(answer: str, entry: dict[str, Any]) -> Score:
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# sokoban and spell_backward: rg pays padded answers
+
+_SOKOBAN_MOVES = re.compile(r"[UDLR](?:[\s,]*[UDLR])*")
+
+
+@functools.cache
+def _sokoban() -> Any:
+    """rg's sokoban dataset, for its simulator (built once; it makes no puzzle until asked)."""
+    from reasoning_gym import create_dataset  # noqa: PLC0415
+
+    return create_dataset("sokoban", size=1, seed=0)
+
+
+def score_sokoban(answer: str, entry: dict[str, Any]) -> Score:
+    if (refusal := early(answer)) is not None:
+        return refusal
+    moves = answer.strip()
+    if not _SOKOBAN_MOVES.fullmatch(moves):
+        return format_error("not a sequence of moves U, D, L, R", answer)
+    if _sokoban().score_answer(re.sub(r"[\s,]", "", moves), entry) == 1.0:
+        return correct("every box is on a goal", answer)
+    return wrong("the moves leave a box off its goal", answer)
+
+
+def score_spell_backward(answer: str, entry: dict[str, Any]) -> Score:
+    if (refusal := early(answer)) is not None:
+        return refusal
+    if answer.strip().lower() == str(entry["answer"]).strip().lower():
+        return correct("the word is reversed", answer)
+    return wrong(f"expected {entry['answer']!r}", answer)
+
+
 def _works(reason: str) -> Verdict:
     return Verdict("works", reason)
 
@@ -888,8 +922,20 @@ AUDIT: dict[str, Verdict] = {
         "with the integrand exactly.",
         score_simple_integration,
     ),
-    "sokoban": _works("rg replays the moves on the puzzle and pays only when every box is on a goal."),
-    "spell_backward": _works("rg compares the reversed word case-insensitively; its prefix credit is below 1."),
+    "sokoban": Verdict(
+        "replaced",
+        "rg replays every character of the reply as a key and ignores the ones that are not moves, so a solution "
+        "padded with words ('UURDL or maybe not UURDL0') earns full marks; we accept only the letters U, D, L, R "
+        "(spaces and commas between them) and replay them with rg's own simulator.",
+        score_sokoban,
+    ),
+    "spell_backward": Verdict(
+        "replaced",
+        "rg's per-letter prefix credit adds up to a float just above 1.0 for some lengths, so the reversed word "
+        "followed by anything ('atxetearp or maybe not') earns full marks; we require the reversed word exactly, "
+        "case and surrounding space ignored.",
+        score_spell_backward,
+    ),
     "spiral_matrix": Verdict(
         "replaced",
         "rg eval()s the reply (code execution on the host) to look for a Python list; "
