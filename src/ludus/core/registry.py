@@ -118,17 +118,24 @@ def _family_members() -> tuple[dict[str, EnvEntry], dict[str, str]]:
     return found, missing
 
 
+def _registered_entry(name: str) -> EnvEntry:
+    cls = _registered[name]
+    return EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
+
+
 def entries() -> dict[str, EnvEntry]:
     """Every known environment by name; one registered in this process wins over an entry point."""
     found = {**_family_members()[0], **_declared()}
-    for name, cls in _registered.items():
-        found[name] = EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")
+    found.update({name: _registered_entry(name) for name in _registered})
     return dict(sorted(found.items()))
 
 
 def get_entry(name: str) -> EnvEntry:
-    if name in _registered or name in _declared():  # without listing the families
-        return entries()[name]
+    # a registered or declared name is found without listing the families (which imports them)
+    if name in _registered:
+        return _registered_entry(name)
+    if name in _declared():
+        return _declared()[name]
     members, missing = _family_members() if ":" in name else ({}, {})
     if name in members:
         return members[name]
