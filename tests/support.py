@@ -1,6 +1,7 @@
 """Shared by several test modules: a tiny transformers checkpoint built on the spot, a task a
 tiny model learns from the reward (``digit-map``) and its supervised warm start, a real HTTP
-server for an ASGI app on 127.0.0.1, and vLLM's server in its own virtual environment."""
+server for an ASGI app on 127.0.0.1, vLLM's server in its own virtual environment, and a check
+that a scorer never runs code smuggled into a reply."""
 
 import contextlib
 import os
@@ -323,3 +324,20 @@ def package_without_dependencies(requirement: str, module: str) -> Path:
     if str(target) not in sys.path:
         sys.path.append(str(target))
     return target
+
+
+SMUGGLED_MARK = "LUDUS_SMUGGLED_CODE_RAN"
+SMUGGLED_CODE = f"__import__('os').environ.__setitem__('{SMUGGLED_MARK}', '1')"  # a reply that is also Python
+
+
+def assert_only_theirs_runs_the_reply(theirs: Any, ours: Any) -> None:
+    """``theirs(reply)`` (a scorer of another project) runs Python smuggled into a reply; ``ours(reply)``
+    grades the same reply 0 without running it."""
+    os.environ.pop(SMUGGLED_MARK, None)
+    try:
+        theirs(SMUGGLED_CODE)
+        assert os.environ.pop(SMUGGLED_MARK, None) == "1", "their scorer did not run the reply"
+        assert ours(SMUGGLED_CODE) == 0.0
+        assert SMUGGLED_MARK not in os.environ, "our scorer ran the reply"
+    finally:
+        os.environ.pop(SMUGGLED_MARK, None)

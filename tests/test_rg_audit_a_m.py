@@ -6,7 +6,6 @@ import ast
 import copy
 import functools
 import json
-import sys
 from decimal import Decimal, localcontext
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
 from ludus.envs.reasoning_gym.audit_a_m import AUDIT  # noqa: E402
+from support import assert_only_theirs_runs_the_reply  # noqa: E402
 
 NAMES = (
     "ab advanced_geometry arc_agi binary_matrix bitwise_arithmetic boxnet calendar_arithmetic chain_sum "
@@ -48,6 +48,12 @@ def ours(name: str, answer: str, entry: dict[str, Any]) -> float:
     score = scorer(answer, entry)
     assert score.value in (0.0, 1.0) and (score.value == 1.0) == (score.status == "correct"), score
     return score.value
+
+
+def assert_runs_only_in_rg(name: str, entry: dict[str, Any]) -> None:
+    assert_only_theirs_runs_the_reply(
+        lambda reply: rg_score(name, reply, entry), lambda reply: ours(name, reply, entry)
+    )
 
 
 def first(name: str, pred=lambda e: True) -> dict[str, Any]:
@@ -117,13 +123,7 @@ def test_advanced_geometry() -> None:
 
 def test_binary_matrix() -> None:
     e = first("binary_matrix")
-    attack = "__import__('sys').modules.setdefault('ludus_rg_audit_binary_matrix', 1)"
-    sys.modules.pop("ludus_rg_audit_binary_matrix", None)
-    rg_score("binary_matrix", attack, e)
-    assert "ludus_rg_audit_binary_matrix" in sys.modules  # rg ran the reply as code
-    sys.modules.pop("ludus_rg_audit_binary_matrix")
-    assert ours("binary_matrix", attack, e) == 0.0
-    assert "ludus_rg_audit_binary_matrix" not in sys.modules
+    assert_runs_only_in_rg("binary_matrix", e)
     spaced = "\n".join("  ".join(row.split()) + " " for row in e["answer"].splitlines())
     assert ours("binary_matrix", spaced, e) == 1.0
     as_json = json.dumps([[int(x) for x in row.split()] for row in e["answer"].splitlines()])
@@ -222,12 +222,7 @@ def test_complex_arithmetic() -> None:
 
 def test_countdown() -> None:
     e = first("countdown")
-    attack = "__import__('sys').modules.setdefault('ludus_rg_audit_countdown', 1)"
-    sys.modules.pop("ludus_rg_audit_countdown", None)
-    rg_score("countdown", attack, e)
-    assert "ludus_rg_audit_countdown" in sys.modules  # parse_expr ran the reply as code
-    sys.modules.pop("ludus_rg_audit_countdown")
-    assert ours("countdown", attack, e) == 0.0 and "ludus_rg_audit_countdown" not in sys.modules
+    assert_runs_only_in_rg("countdown", e)
     numbers, target = e["metadata"]["numbers"], e["metadata"]["target"]
     assert ours("countdown", f"({e['answer']})", e) == 1.0
     assert ours("countdown", f"{e['answer']} = {target}", e) == 1.0
@@ -330,12 +325,7 @@ def test_intermediate_integration() -> None:
     restated = f"Integral({e['metadata']['integrand']}, x) + C"
     assert rg_score("intermediate_integration", restated, e) == 1.0
     assert ours("intermediate_integration", restated, e) == 0.0
-    attack = "__import__('sys').modules.setdefault('ludus_rg_audit_integration', 1)"
-    sys.modules.pop("ludus_rg_audit_integration", None)
-    rg_score("intermediate_integration", attack, e)
-    assert "ludus_rg_audit_integration" in sys.modules  # parse_expr ran the reply as code
-    sys.modules.pop("ludus_rg_audit_integration")
-    assert ours("intermediate_integration", attack, e) == 0.0
+    assert_runs_only_in_rg("intermediate_integration", e)
     gold = e["answer"]
     assert ours("intermediate_integration", gold.replace("+ C", "").strip() + " + 5", e) == 1.0  # any constant
     assert ours("intermediate_integration", f"2*({gold.replace('+ C', '')})", e) == 0.0

@@ -4,7 +4,6 @@ fixes is real (rg's own scorer misgrades the same answer, or runs code from it).
 from __future__ import annotations
 
 import itertools
-import os
 import string
 import time
 from typing import Any
@@ -16,6 +15,7 @@ reasoning_gym = pytest.importorskip("reasoning_gym")
 from ludus.core.types import Status  # noqa: E402
 from ludus.envs.reasoning_gym import audit_n_z as audit  # noqa: E402
 from ludus.envs.reasoning_gym.audit_n_z import AUDIT  # noqa: E402
+from support import assert_only_theirs_runs_the_reply  # noqa: E402
 
 NAMES = (
     "n_queens needle_haystack number_format number_sorting palindrome_generation palindrome_partitioning path_star "
@@ -59,12 +59,10 @@ def first(name: str, predicate: Any, seed: int = 7, size: int = 200) -> dict[str
     raise AssertionError(f"no {name} entry matches")
 
 
-@pytest.fixture
-def pwned() -> Any:
-    """An environment variable that only code smuggled into an answer would set."""
-    os.environ.pop("LUDUS_RG_PWNED", None)
-    yield "__import__('os').environ.__setitem__('LUDUS_RG_PWNED', '1')"
-    os.environ.pop("LUDUS_RG_PWNED", None)
+def assert_runs_only_in_rg(name: str, entry: dict[str, Any]) -> None:
+    assert_only_theirs_runs_the_reply(
+        lambda reply: dataset(name).score_answer(reply, entry), lambda reply: ours(name, reply, entry)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,14 +118,10 @@ def test_works_datasets_grade_oracle_and_reject_other(name: str) -> None:
 # (b) each flaw is real, and (c) near misses score 0
 
 
-def test_n_queens_eval(pwned: str) -> None:
+def test_n_queens_eval() -> None:
     ds = dataset("n_queens")
     entry = ds[0]
-    ds.score_answer(pwned, entry)
-    assert os.environ.get("LUDUS_RG_PWNED") == "1"  # rg ran the reply as Python
-    os.environ.pop("LUDUS_RG_PWNED")
-    assert ours("n_queens", pwned, entry) == 0.0
-    assert os.environ.get("LUDUS_RG_PWNED") is None
+    assert_runs_only_in_rg("n_queens", entry)
     rows = [line.split() for line in entry["answer"].splitlines()]
     r = next(i for i, row in enumerate(rows) if "Q" in row and entry["metadata"]["puzzle"][i].count("Q") == 0)
     c = rows[r].index("Q")
@@ -179,14 +173,10 @@ def test_polynomial_equations_ignored_items() -> None:
     assert ours("polynomial_equations", ", ".join(reversed(values)), entry) == 1.0
 
 
-def test_polynomial_multiplication_parse_expr(pwned: str) -> None:
+def test_polynomial_multiplication_parse_expr() -> None:
     ds = dataset("polynomial_multiplication")
     entry = ds[0]
-    ds.score_answer(pwned, entry)
-    assert os.environ.get("LUDUS_RG_PWNED") == "1"
-    os.environ.pop("LUDUS_RG_PWNED")
-    assert ours("polynomial_multiplication", pwned, entry) == 0.0
-    assert os.environ.get("LUDUS_RG_PWNED") is None
+    assert_runs_only_in_rg("polynomial_multiplication", entry)
     question = entry["metadata"]["polynomial_expr"]
     assert ours("polynomial_multiplication", question, entry) == 0.0  # not expanded
     assert ours("polynomial_multiplication", entry["answer"] + " + 1", entry) == 0.0
@@ -195,14 +185,10 @@ def test_polynomial_multiplication_parse_expr(pwned: str) -> None:
     assert ours("polynomial_multiplication", "9" * 1500 + "**64", entry) == 0.0
 
 
-def test_simple_integration_parse_expr(pwned: str) -> None:
+def test_simple_integration_parse_expr() -> None:
     ds = dataset("simple_integration")
     entry = ds[0]
-    ds.score_answer(pwned, entry)
-    assert os.environ.get("LUDUS_RG_PWNED") == "1"
-    os.environ.pop("LUDUS_RG_PWNED")
-    assert ours("simple_integration", pwned, entry) == 0.0
-    assert os.environ.get("LUDUS_RG_PWNED") is None
+    assert_runs_only_in_rg("simple_integration", entry)
     answer = entry["answer"]
     assert ours("simple_integration", answer.replace(" + C", ""), entry) == 1.0  # the constant is optional
     assert ours("simple_integration", answer + " + 7", entry) == 1.0
@@ -275,16 +261,12 @@ def test_propositional_logic_agrees_with_rg() -> None:
                     assert (ours("propositional_logic", form, entry) == 1.0) == rg_full, (form, entry["metadata"])
 
 
-def test_puzzle24_parse_expr_and_unchecked_numbers(pwned: str) -> None:
+def test_puzzle24_parse_expr_and_unchecked_numbers() -> None:
     ds = dataset("puzzle24")
     entry = first("puzzle24", lambda e: sorted(e["metadata"]["numbers"]) != [1, 1, 4, 6])
     assert ds.score_answer("4*6*1*1", entry) == 1.0  # not the given numbers
     assert ours("puzzle24", "4*6*1*1", entry) == 0.0
-    ds.score_answer(pwned, entry)
-    assert os.environ.get("LUDUS_RG_PWNED") == "1"
-    os.environ.pop("LUDUS_RG_PWNED")
-    assert ours("puzzle24", pwned, entry) == 0.0
-    assert os.environ.get("LUDUS_RG_PWNED") is None
+    assert_runs_only_in_rg("puzzle24", entry)
     answer = entry["answer"]
     assert ours("puzzle24", answer + "+0", entry) == 0.0
     assert ours("puzzle24", answer + " = 24", entry) == 1.0
@@ -351,15 +333,11 @@ def test_rush_hour_near_misses() -> None:
     assert ours("rush_hour", ", ".join(moves), entry) == 1.0
 
 
-def test_spiral_matrix_and_string_insertion_eval(pwned: str) -> None:
+def test_spiral_matrix_and_string_insertion_eval() -> None:
     for name in ("spiral_matrix", "string_insertion"):
         ds = dataset(name)
         entry = ds[0]
-        ds.score_answer(pwned, entry)
-        assert os.environ.get("LUDUS_RG_PWNED") == "1", name
-        os.environ.pop("LUDUS_RG_PWNED")
-        assert ours(name, pwned, entry) == 0.0
-        assert os.environ.get("LUDUS_RG_PWNED") is None
+        assert_runs_only_in_rg(name, entry)
     entry = dataset("spiral_matrix")[0]
     items = entry["answer"].split()
     assert ours("spiral_matrix", " ".join(items[::-1]), entry) == 0.0
