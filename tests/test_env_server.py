@@ -49,7 +49,7 @@ def start_server(*extra: str, env: str = "arithmetic", env_args: dict | None = A
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    proc, url = start_server("--drain-timeout", "1")
+    proc, url = start_server("--drain-timeout", "1", "--show-reasons")  # reasons too: parity is checked whole
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -74,7 +74,8 @@ class Hangs(SingleTurnEnv):
 
 @pytest.fixture
 def hangs() -> Iterator[EnvServer]:
-    app = EnvServer(Hangs, limits=ServerLimits(call_timeout_s=0.5, max_sessions=3, max_request_bytes=4096))
+    limits = ServerLimits(call_timeout_s=0.5, max_sessions=3, max_request_bytes=4096, show_reasons=True)
+    app = EnvServer(Hangs, limits=limits)
     yield app
     Hangs.release.set()  # let the abandoned threads finish
     Hangs.release = threading.Event()
@@ -118,15 +119,16 @@ def test_clients_never_see_answers_or_task_info(server):
     assert RemoteEnv(server).task_source("eval").get(0).answer is None
 
 
-def test_hide_reasons_keeps_the_gold_answer_out_of_scores():
-    app = EnvServer(lambda: make("arithmetic"), limits=ServerLimits(hide_reasons=True))
-    with serving(app, path="") as url:
-        env = RemoteEnv(url)
-        full = make("arithmetic").task_source("eval").get(0)
-        env.reset(env.task_source("eval").get(0))
-        score = env.step("1").score
-        assert (score.value, score.status, score.reason, score.extracted) == (0.0, "wrong", "wrong", None)
-        assert str(full.answer) not in json.dumps(score.to_dict())
+def test_scores_keep_the_gold_answer_out_unless_the_server_shows_reasons():
+    full = make("arithmetic").task_source("eval").get(0)
+    for limits, shown in ((None, False), (ServerLimits(show_reasons=True), True)):
+        with serving(EnvServer(lambda: make("arithmetic"), limits=limits), path="") as url:
+            env = RemoteEnv(url)
+            env.reset(env.task_source("eval").get(0))
+            score = env.step("1").score
+        assert (score.value, score.status) == (0.0, "wrong")
+        assert (score.reason == "wrong" and score.extracted is None) is not shown
+        assert (f"expected {full.answer}" in score.reason) is shown
 
 
 def test_ludus_check_passes_against_a_server(server):
@@ -382,7 +384,8 @@ def test_limits_refuse_with_a_reason_instead_of_queueing(hangs):
         assert full.status_code == 503 and full.json()["error"]["type"] == "too_many_sessions"
         assert full.headers["retry-after"] == "1"
         with pytest.raises(RemoteEnvError) as caught:
-            RemoteEnv(url, retries=1).reset(Task("t", "1+1="))
+            remote = RemoteEnv(url, retries=1)
+            remote.reset(remote.task_source("train").get(0))
         assert caught.value.kind == "too_many_sessions"
         big = httpx.post(
             f"{url}/step", json={"session_id": "s0", "action": {"role": "assistant", "content": "x" * 5000}}
@@ -412,7 +415,7 @@ def test_idle_sessions_are_closed_and_their_steps_become_infra_errors():
 
 
 def test_a_token_guards_everything_but_health():
-    app = EnvServer(lambda: make("arithmetic"), token="s3cret")
+    app = EnvServer(lambda: make("arithmetic"), token="s3cret-s3cret-s3cret")
     with serving(app, path="") as url:
         assert httpx.get(f"{url}/health").status_code == 200
         assert httpx.get(f"{url}/info").status_code == 401
@@ -420,7 +423,7 @@ def test_a_token_guards_everything_but_health():
         with pytest.raises(RemoteEnvError) as caught:
             RemoteEnv(url, token="wrong")
         assert caught.value.kind == "unauthorized"
-        env = RemoteEnv(url, token="s3cret")
+        env = RemoteEnv(url, token="s3cret-s3cret-s3cret")
         assert env.name == "arithmetic"
 
         assert asyncio.run(env.areset(env.task_source("train").get(0))).messages  # the WebSocket sends it too

@@ -255,6 +255,23 @@ def test_a_repeated_verdict_comes_from_the_cache(server, make):
     assert requests(server) == before + 5
 
 
+def test_the_cache_keeps_the_most_recently_used_verdicts_only(server, make):
+    """A server's clients sending ever-new replies must not grow the judge without bound."""
+    judge, t = make(cache_entries=2), task("bounded-cache")
+    before = requests(server)
+    judge.score(t, "apples")
+    judge.score(t, "pears")
+    judge.score(t, "apples")  # used again: now the most recent
+    judge.score(t, "plums")  # drops pears, the least recently used
+    assert requests(server) == before + 3 and len(judge._cache) == 2
+    judge.score(t, "apples")
+    assert requests(server) == before + 3
+    judge.score(t, "pears")
+    assert requests(server) == before + 4
+    with pytest.raises(ValueError, match="cache_entries"):
+        make(cache_entries=0)
+
+
 def test_identical_requests_in_flight_are_sent_once(server, make):
     judge, t = make("?delay=0.3"), task("in-flight")
     before, barrier, scores = requests(server), threading.Barrier(8), []

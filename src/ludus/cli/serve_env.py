@@ -17,21 +17,61 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--env-args", help="JSON keyword arguments for the environment")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8100, help="port to listen on (default 8100; 0 picks a free one)")
-    p.add_argument(
-        "--token",
-        help="require 'Authorization: Bearer TOKEN' (default: $LUDUS_ENV_TOKEN; required off loopback)",
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        help="require 'Authorization: Bearer TOKEN', TOKEN read from this file (default: $LUDUS_ENV_TOKEN; "
+        "required off loopback; 16 characters at least)",
     )
-    p.add_argument("--max-sessions", type=int, default=10_000, help="live sessions at most (default 10000)")
+    token.add_argument("--token", help="as --token-file, but visible to other users of this machine (ps)")
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="serve browser pages of this origin (scheme://host[:port]; repeatable); "
+        "requests from any other page are refused",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=10_000,
+        help="live sessions at most (default 10000, lowered to what the file descriptors allow)",
+    )
+    p.add_argument(
+        "--max-connections", type=int, help="open connections at most (default: what the file descriptors allow)"
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client has to send a whole request, or to read a reply, before its connection is closed",
+    )
     p.add_argument("--max-pending", type=int, default=4096, help="environment calls running or queued at most")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle session is closed")
     p.add_argument("--call-timeout", type=float, default=300.0, help="seconds a reset or step may take")
     p.add_argument("--drain-timeout", type=float, default=30.0, help="seconds running episodes get on SIGTERM")
+    p.add_argument(
+        "--drain-idle",
+        type=float,
+        default=10.0,
+        help="on SIGTERM, episodes without a request for this many seconds are not waited for (default 10)",
+    )
     p.add_argument("--threads", type=int, default=32, help="threads running environment calls (default 32)")
     p.add_argument(
-        "--hide-reasons",
+        "--show-reasons",
         action="store_true",
-        help="send scores without the grader's reason and extracted answer, which can name the gold answer",
+        help="send scores with the grader's reason and extracted answer, which can name the gold answer "
+        "(for debugging with clients of your own; by default a score is its value and status)",
+    )
+    # hiding reasons is the default now: the old flag is accepted, and does nothing
+    p.add_argument("--hide-reasons", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--allow-client-tasks",
+        action="store_true",
+        help="let clients send whole tasks to reset, each checked against the fields its environment declares "
+        "safe (by default clients pick the server's tasks by split and index)",
     )
     p.set_defaults(run=run)
 
@@ -50,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     env_args = json.loads(args.env_args) if args.env_args else {}
     if not isinstance(env_args, dict):
         raise ValueError(f"--env-args must be a JSON object, got {args.env_args!r}")
+    if args.hide_reasons and args.show_reasons:
+        raise ValueError("--hide-reasons (the default) and --show-reasons contradict each other: keep one")
     limits = ServerLimits(
         max_sessions=args.max_sessions,
         max_pending=args.max_pending,
@@ -58,7 +100,12 @@ def run(args: argparse.Namespace) -> int:
         call_timeout_s=args.call_timeout,
         drain_timeout_s=args.drain_timeout,
         threads=args.threads,
-        hide_reasons=args.hide_reasons,
+        show_reasons=args.show_reasons,
+        allow_client_tasks=args.allow_client_tasks,
+        allow_origins=tuple(args.allow_origin),
+        max_connections=args.max_connections,
+        request_timeout_s=args.request_timeout,
+        drain_idle_s=args.drain_idle,
     )
 
     def ready(url: str) -> None:
@@ -69,7 +116,18 @@ def run(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
 
-    token = args.token or os.environ.get("LUDUS_ENV_TOKEN") or None
+    def warn(message: str) -> None:
+        console().print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
+
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as file:
+            token = file.read().strip() or None
+        if token is None:
+            raise ValueError(f"--token-file {args.token_file} is empty")
+    else:
+        token = args.token or os.environ.get("LUDUS_ENV_TOKEN") or None
+    if args.token:
+        warn("--token is visible to other users of this machine (ps): use --token-file or $LUDUS_ENV_TOKEN")
     serve(
         factory(args.env, env_args),
         host=args.host,
@@ -78,5 +136,6 @@ def run(args: argparse.Namespace) -> int:
         limits=limits,
         env_args=env_args,
         on_ready=ready,
+        on_warning=warn,
     )
     return 0

@@ -33,6 +33,19 @@ from ludus.core.types import Message, Observation, Score, Status, StepResult, Ta
 logger = logging.getLogger("ludus.env")
 
 Split = Literal["train", "eval"]
+JsonTypes = type | tuple[type, ...]  # the JSON types a field of a client's task may take
+
+
+def _json_type_ok(value: Any, allowed: JsonTypes) -> bool:
+    """``value`` is one of ``allowed`` as JSON sees types: a bool is no number, an integer is a float."""
+    kinds = allowed if isinstance(allowed, tuple) else (allowed,)
+    if isinstance(value, bool):
+        return bool in kinds
+    return isinstance(value, kinds) or (float in kinds and isinstance(value, int))
+
+
+def _json_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 class EnvStateError(RuntimeError):
@@ -64,6 +77,15 @@ class Env(ABC):
     # the values ``difficulty=`` accepts, easiest first (empty: the environment has no levels);
     # the trainer's adaptive curriculum (train/curriculum.py) moves a run through them
     difficulty_levels: ClassVar[tuple[int, ...]] = ()
+    # the ``Task.info`` keys a client may send in a whole task (an env server started with
+    # ``--allow-client-tasks``), each with the JSON types it may take; empty: no ``info``; None
+    # (the default: an environment that never considered it may keep a path anywhere in a task):
+    # no task from a client at all. Never declare a key that names a file, a directory or anything
+    # else on the server: a client must not reach the server's disk.
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = None
+    # the JSON types a client task's ``answer`` may take besides null; ``dict`` and ``list`` admit
+    # anything inside, so declare them only when no part of the answer can reach the server's disk
+    client_task_answer: ClassVar[JsonTypes] = (str, int, float)
 
     def __init__(self, tasks: TaskSource | None = None):
         self._tasks = tasks
@@ -135,6 +157,39 @@ class Env(ABC):
 
     def close(self) -> None:
         """Release anything the environment holds (processes, connections)."""
+
+    def client_task(self, data: Any) -> Task:
+        """A task sent whole by a client, checked against :attr:`client_task_info` and
+        :attr:`client_task_answer` before it comes near the environment. Raises ``ValueError``
+        naming the field that is refused. Called on an instance that may be closed: an override
+        checks the data, not the environment's state."""
+        env = self.name or type(self).__name__
+        if self.client_task_info is None:
+            raise ValueError(f"{env} takes no tasks from clients: its tasks hold what only the server has")
+        if not isinstance(data, dict):
+            raise ValueError("'task' must be a JSON object")
+        unknown = set(data) - {"id", "prompt", "answer", "info", "source"}
+        if unknown:
+            raise ValueError(f"a task has no field {sorted(unknown)[0]!r}")
+        for key in ("id", "prompt", "source"):
+            if key in data and not isinstance(data[key], str):
+                raise ValueError(f"task.{key} must be a string")
+        if not isinstance(data.get("id"), str) or not isinstance(data.get("prompt"), str):
+            raise ValueError("a task needs a string 'id' and 'prompt'")
+        if data.get("answer") is not None and not _json_type_ok(data["answer"], self.client_task_answer):
+            raise ValueError(f"{env} does not accept a task.answer of type {_json_name(data.get('answer'))}")
+        info = data.get("info")
+        info = {} if info is None else info
+        if not isinstance(info, dict):
+            raise ValueError("task.info must be a JSON object")
+        for key, value in info.items():
+            allowed = self.client_task_info.get(key)
+            if allowed is None:
+                accepted = ", ".join(sorted(self.client_task_info)) or "none"
+                raise ValueError(f"{env} does not accept task.info[{key!r}] from a client (it accepts: {accepted})")
+            if not _json_type_ok(value, allowed):
+                raise ValueError(f"task.info[{key!r}] has the wrong type: {_json_name(value)}")
+        return Task.from_dict({**data, "info": dict(info)})
 
     # ---- public API --------------------------------------------------------------------
     def task_source(self, split: Split = "train") -> TaskSource:

@@ -25,7 +25,8 @@ Why each safeguard:
   positions gives each completion both.
 * **Cache.** A verdict is stored under the hash of everything that determines it (model,
   messages, sampling, sample index); identical requests in flight at once are sent once. With
-  ``cache_path`` the verdicts persist across runs (one JSON line each).
+  ``cache_path`` the verdicts persist across runs (one JSON line each). Memory holds the
+  ``cache_entries`` most recently used (100,000 by default).
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ class Judge:
         concurrency: int = 16,
         cache: bool = True,
         cache_path: str | Path | None = None,
+        cache_entries: int = 100_000,
         max_response_chars: int = 20_000,
         api_key: str | None = None,
     ):
@@ -226,10 +228,16 @@ class Judge:
         self.retries, self.pass_at, self.timeout_s = retries, pass_at, timeout_s
         self.max_response_chars = max_response_chars
         self.stats: Counter[str] = Counter()
+        if cache_entries < 1:
+            raise ValueError(f"cache_entries must be at least 1, got {cache_entries}")
+        # verdicts kept in memory, least recently used dropped first: a long run (or a server's
+        # clients sending ever-new replies) must not grow the process without bound
+        self.cache_entries = cache_entries
         self._cache: dict[str, dict[str, Any]] | None = {} if cache or cache_path else None
         self._cache_file = Path(cache_path) if cache_path else None
         if self._cache_file is not None and self._cache is not None:
-            self._cache |= _read_cache(self._cache_file)
+            for key, verdict in _read_cache(self._cache_file).items():
+                self._remember(key, verdict)
         self._inflight: dict[str, asyncio.Future[Verdict]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None  # made on the judge's loop
@@ -334,6 +342,7 @@ class Judge:
         key = self._key(messages, sample)
         if self._cache is not None and key in self._cache:
             self.stats["cache_hits"] += 1
+            self._cache[key] = self._cache.pop(key)  # the most recently used, last to go
             return _verdict_from_json(self._cache[key])
         if key in self._inflight:
             self.stats["shared_in_flight"] += 1
@@ -350,11 +359,18 @@ class Judge:
             self._inflight.pop(key, None)
         future.set_result(verdict)
         if self._cache is not None:
-            self._cache[key] = verdict.to_json()
+            self._remember(key, verdict.to_json())
             if self._cache_file is not None:
                 with self._cache_file.open("a") as f:
                     f.write(json.dumps({"key": key, "verdict": verdict.to_json()}) + "\n")
         return verdict
+
+    def _remember(self, key: str, verdict: dict[str, Any]) -> None:
+        assert self._cache is not None
+        self._cache.pop(key, None)
+        self._cache[key] = verdict
+        while len(self._cache) > self.cache_entries:
+            del self._cache[next(iter(self._cache))]
 
     async def _ask(self, messages: list[Message], mode: Mode, ids: list[str], key: str) -> Verdict:
         import torch  # noqa: PLC0415 - policies take a torch.Generator for their seeds

@@ -51,11 +51,16 @@ class ThreadHost:
     Daemon threads, because a call that never returns must not keep the process alive at exit."""
 
     def __init__(self, size: int):
+        self._size = size
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._work, daemon=True, name="ludus-env") for _ in range(size)]
         for thread in self._threads:
             thread.start()
         self._quick_factories: set[Callable[[], Env]] = set()  # factories seen making quick environments
+        # calls on a thread now, and whether another thread has taken that one's place
+        self._running: dict[asyncio.Future[Any], bool] = {}
+        self._replaced = 0
+        self._lock = threading.Lock()
 
     async def open(self, factory: Callable[[], Env]) -> _ThreadSession:
         env = factory() if factory in self._quick_factories else await self.run(factory)
@@ -78,12 +83,39 @@ class ThreadHost:
             loop, future, fn, args = job
             if future.cancelled():  # the caller gave up before the call started
                 continue
+            with self._lock:
+                self._running[future] = False
             try:
                 outcome: tuple[Any, BaseException | None] = (fn(*args), None)
             except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting episode
                 outcome = (None, exc)
+            with self._lock:
+                replaced = self._running.pop(future)
+                self._replaced -= replaced
             with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
                 loop.call_soon_threadsafe(_settle, future, *outcome)
+            if replaced:
+                return  # a new thread took this one's place while its call was abandoned
+
+    def replace_abandoned(self) -> int:
+        """Start a thread in place of each one whose call was given up (its future cancelled: a
+        time limit passed) but still runs, so that new calls do not queue behind hung ones; the
+        hung thread leaves the pool when its call returns. At most ``size`` threads are replaced
+        at once. Returns how many were."""
+        started = 0
+        with self._lock:
+            for future, replaced in self._running.items():
+                if replaced or not future.cancelled() or self._replaced >= self._size:
+                    continue
+                self._running[future] = True
+                self._replaced += 1
+                thread = threading.Thread(target=self._work, daemon=True, name="ludus-env")
+                thread.start()
+                self._threads.append(thread)
+                started += 1
+            if started:
+                self._threads = [t for t in self._threads if t.is_alive()]
+        return started
 
     def shutdown(self) -> None:
         """Let queued jobs (environment closes) finish, then stop the threads; never waits."""

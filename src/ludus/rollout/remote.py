@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import json
 import random
+import re
 import threading
 import time
 import uuid
@@ -36,6 +37,29 @@ from ludus.core.env import Env, Split
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec
 
 REMOTE_KEY = "ludus_remote"  # Task.info key of a task that the server holds: {"split", "index"}
+REDACTED = "<redacted>"  # what /info shows for a secret or a seed in env_args
+# env_args keys whose values /info never shows: seeds (a procedural environment's golds follow from
+# its seed) and anything that looks like a credential
+_SECRET = r"seed|password|passwd|secret|token|key|dsn|credential"
+_SECRET_KEY = re.compile(_SECRET, re.IGNORECASE)
+# a text value holding a credential whatever its key: userinfo in a URL (scheme://user:pw@host),
+# or a secret-named setting inside it (a libpq DSN's password=, a query string's api_key=)
+_CREDENTIAL = re.compile(rf"://[^/\s]*@|(?:{_SECRET})\w*\s*=", re.IGNORECASE)
+
+
+def redacted_env_args(value: Any, key: str = "") -> Any:
+    """``env_args`` as an env server's ``/info`` shows them: every seed and secret replaced by
+    :data:`REDACTED`, at any depth. A client checks a server by comparing this with its own
+    ``env_args`` redacted: equal values, and the same keys hidden on both sides."""
+    if _SECRET_KEY.search(key):
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: redacted_env_args(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted_env_args(v) for v in value]
+    if isinstance(value, str) and _CREDENTIAL.search(value):
+        return REDACTED
+    return value
 
 
 class RemoteEnvError(RuntimeError):
@@ -193,7 +217,7 @@ class _Channel:
             async with asyncio.timeout(self.connection.timeout_s):
                 return await future
         except ConnectionClosed as exc:
-            raise _Closed(str(exc)) from None
+            raise self._refusal(exc) or _Closed(str(exc)) from None
         finally:
             self.waiting.pop(rid, None)
 
@@ -209,7 +233,7 @@ class _Channel:
                         ping_interval=20,
                         ping_timeout=60,
                     )
-                except InvalidStatus as exc:  # refused before the socket opened: the token, most likely
+                except InvalidStatus as exc:  # refused before the socket opened (servers before close code 1008)
                     status = exc.response.status_code
                     raise RemoteEnvError(
                         "unauthorized" if status in (401, 403) else "bad_reply",
@@ -220,20 +244,33 @@ class _Channel:
             return self.ws
 
     async def _read(self, ws: Any) -> None:
+        failure: Exception = _Closed("the WebSocket closed")
         try:
             async for message in ws:
                 reply = json.loads(message)
                 future = self.waiting.pop(reply.pop("id", None), None) if isinstance(reply, dict) else None
                 if future is not None and not future.done():
                     future.set_result(reply)
-        except (ConnectionClosed, ValueError):
+        except ConnectionClosed as exc:
+            failure = self._refusal(exc) or failure
+        except ValueError:
             pass
         finally:
             if self.ws is ws:
                 self.ws = None
             for future in list(self.waiting.values()):
                 if not future.done():
-                    future.set_exception(_Closed("the WebSocket closed"))
+                    future.set_exception(failure)
+
+    def _refusal(self, exc: ConnectionClosed) -> RemoteEnvError | None:
+        """The server's refusal of this WebSocket (close code 1008, ``KIND: why``: a wrong token, a
+        refused origin), which no retry will change; None for any other close."""
+        if exc.rcvd is None or exc.rcvd.code != 1008:
+            return None
+        kind, _, why = exc.rcvd.reason.partition(": ")
+        return RemoteEnvError(
+            kind or "unauthorized", f"{self.connection.url} refused the WebSocket (close code 1008): {why or kind}"
+        )
 
     def close(self) -> None:
         if self.ws is not None:
@@ -260,7 +297,8 @@ def remote_task(view: dict[str, Any], split: str, index: int) -> Task:
 
 
 def reset_body(session_id: str, task: Task, seed: int) -> dict[str, Any]:
-    """A task the server holds goes by its split and index; any other goes whole."""
+    """A task the server holds goes by its split and index; any other goes whole, which a server
+    takes only when started with ``--allow-client-tasks`` (else ``client_tasks_off``)."""
     where = task.info.get(REMOTE_KEY)
     if where is not None:
         return {"session_id": session_id, "seed": seed, "split": where[0], "index": where[1]}
@@ -301,7 +339,8 @@ class RemoteEnv(Env):
         self.reward_range = tuple(info["reward_range"])  # type: ignore[misc,assignment]
         self.max_turns = int(info["max_turns"])
         self._splits: dict[str, int | None] = info.get("splits", {})
-        self.env_args: dict[str, Any] | None = info.get("env_args")  # what the server built it with, if it says
+        # what the server built it with, if it says, seeds and secrets redacted (redacted_env_args)
+        self.env_args: dict[str, Any] | None = info.get("env_args")
         self.session_id = uuid.uuid4().hex
         self._tools: list[ToolSpec] = []
         self._opened = False
@@ -460,4 +499,13 @@ class _RemoteSession:
             pass  # gone with its server
 
 
-__all__ = ["Connection", "RemoteEnv", "RemoteEnvError", "RemoteTasks", "ServerHost", "REMOTE_KEY"]
+__all__ = [
+    "Connection",
+    "RemoteEnv",
+    "RemoteEnvError",
+    "RemoteTasks",
+    "ServerHost",
+    "REDACTED",
+    "REMOTE_KEY",
+    "redacted_env_args",
+]

@@ -17,7 +17,10 @@ Failure rules, the same as the rollout engine's:
 * load beyond the limits is refused at once with ``503`` and ``Retry-After`` (sessions, pending
   environment calls) or ``413`` (request size), never queued without bound;
 * ``SIGTERM`` drains: new episodes are refused, running ones may finish (up to
-  ``drain_timeout_s``), then the server exits.
+  ``drain_timeout_s``), then the server exits;
+* hostile clients are bounded below the protocol (``net.GuardedHttp``: pipelining, slow and
+  idle connections, their number, from the file descriptors), and requests from browser pages
+  of origins not allowed are refused: loopback is reachable from any page a user opens.
 
 It is a bare ASGI application (no framework between the socket and the environment): uvicorn
 serves it, ``httptools`` parses HTTP and ``websockets`` speaks WebSocket.
@@ -32,16 +35,21 @@ import hmac
 import json
 import math
 import re
+import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ludus.core.env import Env, EnvStateError
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
 from ludus.rollout.hosts import ThreadHost
+from ludus.rollout.remote import redacted_env_args
+
+if TYPE_CHECKING:
+    from ludus.serve.net import ConnectionGuard
 
 try:  # JSON in and out is a tenth of a request's server time with the standard library
     import orjson
@@ -51,7 +59,10 @@ except ImportError:  # pragma: no cover - the serve extra brings it
 PROTOCOL = 1
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s]+")  # what browsers send: scheme://host[:port]
+MIN_TOKEN_CHARS = 16
 _SPLITS = ("train", "eval")
+MAX_INDEX = 2**63 - 1  # a task index past it is refused: no source needs more, and JSON clients lose precision
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -71,18 +82,38 @@ class ServerLimits:
     idle_timeout_s: float = 600.0
     call_timeout_s: float = 300.0
     drain_timeout_s: float = 30.0
-    # scores go out with status and value only: graders' reasons ("expected 42, got 41") and
-    # extracted answers can name the gold answer, which clients that are not trusted must not see
-    hide_reasons: bool = False
+    # scores go out with their graders' reasons and extracted answers, which can name the gold
+    # answer ("expected 42, got 41"); off (the default), with status and value only
+    show_reasons: bool = False
+    # reset takes a whole ``task`` from a client, checked by ``Env.client_task``; off (the
+    # default), tasks are the server's own, picked by split and index
+    allow_client_tasks: bool = False
     threads: int = 32
+    # browser pages whose requests are served (``https://app.example``); any other request that
+    # carries an Origin header is refused: a page must not drive sessions through a user's browser
+    allow_origins: tuple[str, ...] = ()
+    # the connection layer (net.GuardedHttp): open connections at most (None: what the file
+    # descriptors allow, see serve()), seconds a client has to send a whole request or to read
+    # its replies, and requests one connection may send ahead of their replies
+    max_connections: int | None = None
+    request_timeout_s: float = 10.0
+    max_pipelined: int = 32
+    # on SIGTERM, an episode with no call in progress keeps the drain waiting only if its last
+    # request is this recent (a client between turns); one reset and left is not waited for
+    drain_idle_s: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in ("max_sessions", "max_pending", "max_request_bytes", "threads"):
+        for name in ("max_sessions", "max_pending", "max_request_bytes", "threads", "max_pipelined"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("idle_timeout_s", "call_timeout_s", "drain_timeout_s"):
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
+        for name in ("idle_timeout_s", "call_timeout_s", "drain_timeout_s", "request_timeout_s", "drain_idle_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for origin in self.allow_origins:
+            if not _ORIGIN.fullmatch(origin):
+                raise ValueError(f"an allowed origin is scheme://host[:port] with nothing after, got {origin!r}")
 
 
 class Refusal(Exception):
@@ -132,7 +163,10 @@ class EnvServer:
     """The ASGI application: ``uvicorn.run(EnvServer(factory))``. ``factory`` makes one
     environment per session; ``token``, when set, is required as ``Authorization: Bearer``;
     ``env_args``, when given, are reported in ``/info`` so that clients can check they train on
-    the environment they configured."""
+    the environment they configured. Served by :func:`serve`, or by ``uvicorn.Config(app,
+    **app.uvicorn_options())`` to keep the connection-layer limits."""
+
+    guard: ConnectionGuard | None = None  # set by uvicorn_options()
 
     def __init__(
         self,
@@ -143,10 +177,15 @@ class EnvServer:
         env_args: dict[str, Any] | None = None,
     ):
         self.factory, self.limits = factory, limits or ServerLimits()
-        self._token = f"Bearer {token}".encode() if token else None
+        self._token = _checked_token(token)
         probe = factory()  # the environment's description, and a clear error now rather than per session
         try:
-            self.info = {**_describe(probe), "env_args": env_args, "max_request_bytes": self.limits.max_request_bytes}
+            self.info = {
+                **_describe(probe),
+                "env_args": None if env_args is None else redacted_env_args(env_args),
+                "max_request_bytes": self.limits.max_request_bytes,
+            }
+            self._client_task = probe.client_task  # checks data only: the probe being closed is no matter
             self._sources: dict[str, Any] = {}
             for split in _SPLITS:
                 try:
@@ -181,8 +220,10 @@ class EnvServer:
             raise Refusal(400, "bad_request", "session_id must be 1-64 characters of A-Z a-z 0-9 _ . -")
         seed = body.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise Refusal(400, "bad_request", f"seed must be an integer, got {seed!r}")
+            raise Refusal(400, "bad_request", f"seed must be an integer, got {_shown(seed)}")
+        task = self._task_for(body, seed)  # before any session: a refused reset builds none
         session = self.sessions.get(sid)
+        created = session is None
         if session is None:
             if len(self.sessions) >= self.limits.max_sessions:
                 raise Refusal(
@@ -190,15 +231,15 @@ class EnvServer:
                 )
             env = await self._call(self.host.open(self.factory), "environment construction")
             session = self.sessions.setdefault(sid, _Session(sid, env))
-            if session.env is not env:  # a concurrent retry created it first
+            created = session.env is env
+            if not created:  # a concurrent retry created it first
                 await env.close()
         async with session:
-            task = self._task_for(body, seed)
             try:
                 obs: Observation = await self._call(session.env.reset(task, seed), "reset", quick=session.env.quick)
             except Refusal as refusal:
-                if refusal.kind == "timeout":
-                    await self._drop(session)  # its thread may never come back
+                if refusal.kind == "timeout" or created:
+                    await self._drop(session)  # its thread may never come back; a new session holds no episode
                 raise
             except Exception as exc:  # noqa: BLE001 - the environment's failure, reported as such
                 await self._drop(session)
@@ -233,7 +274,7 @@ class EnvServer:
                 result = _failed(str(refusal))
             except Exception as exc:  # noqa: BLE001 - an environment bug: the episode's infra_error
                 result = _failed(f"the environment raised {_describe_exc(exc)}")
-            if self.limits.hide_reasons and result.score is not None:
+            if not self.limits.show_reasons and result.score is not None:
                 result.score.reason, result.score.extracted = result.score.status, None
             reply = {"result": result.to_dict()}
             session.replay = (session.turn, reply)
@@ -243,7 +284,7 @@ class EnvServer:
             return reply
 
     async def op_close(self, body: dict[str, Any]) -> dict[str, Any]:
-        session = self.sessions.get(str(body.get("session_id")))
+        session = self.sessions.get(_session_id(body))
         if session is not None:
             await self._drop(session)
         return {"closed": session is not None}
@@ -278,7 +319,7 @@ class EnvServer:
         return self._host
 
     def _session(self, body: dict[str, Any]) -> _Session:
-        session = self.sessions.get(str(body.get("session_id")))
+        session = self.sessions.get(_session_id(body))
         if session is None:
             raise Refusal(
                 404, "unknown_session", "no such session (closed, idle too long, or the server restarted): reset"
@@ -287,10 +328,17 @@ class EnvServer:
 
     def _task_for(self, body: dict[str, Any], seed: int) -> Task | Callable[[], Task]:
         if body.get("task") is not None:
+            if not self.limits.allow_client_tasks:
+                raise Refusal(
+                    403,
+                    "client_tasks_off",
+                    "this server plays its own tasks, chosen by split and index; to send whole tasks, "
+                    "start it with --allow-client-tasks",
+                )
             try:
-                return Task.from_dict(body["task"])
-            except (TypeError, ValueError) as exc:
-                raise Refusal(400, "bad_request", f"'task' is not a task object ({exc})") from None
+                return self._client_task(body["task"])
+            except ValueError as exc:
+                raise Refusal(400, "bad_request", f"'task' is refused: {exc}") from None
         index = body.get("index")
         return self._loader(body.get("split", "train"), seed if index is None else index)
 
@@ -300,10 +348,10 @@ class EnvServer:
         source = self._sources.get(split) if isinstance(split, str) else None
         if source is None:
             raise Refusal(
-                404, "unknown_split", f"this environment has no {split!r} split; it has {list(self._sources)}"
+                404, "unknown_split", f"this environment has no {_shown(split)} split; it has {list(self._sources)}"
             )
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise Refusal(400, "bad_request", f"index must be a non-negative integer, got {index!r}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= MAX_INDEX:
+            raise Refusal(400, "bad_request", f"index must be an integer from 0 to 2**63 - 1, got {_shown(index)}")
         if source.size is not None and index >= source.size:
             raise Refusal(404, "unknown_task", f"the {split} split has {source.size} tasks; index {index} is past it")
         load = functools.partial(_load_task, source, split, index)
@@ -328,6 +376,7 @@ class EnvServer:
             if task not in self._expired:
                 raise
             self.counts["timeouts"] += 1
+            self.counts["threads_replaced"] += self.host.replace_abandoned()  # new calls must not wait on it
             limit = self.limits.call_timeout_s
             raise Refusal(504, "timeout", f"the environment's {what} did not finish within {limit} s") from None
         finally:
@@ -384,21 +433,39 @@ class EnvServer:
             self.max_loop_lag_s = max(self.max_loop_lag_s, self.loop_lag_s)
 
     async def drain(self) -> None:
-        """Refuse new episodes; return once no episode runs and no call is pending, or at the
-        drain time limit. Sessions are closed either way."""
+        """Refuse new episodes; return once no call is in progress and no running episode has
+        had a request within ``drain_idle_s`` (one reset and left must not hold the exit), or at
+        the drain time limit. Sessions are closed either way."""
         self.draining = True
         deadline = time.monotonic() + self.limits.drain_timeout_s
-        while time.monotonic() < deadline and (
-            self.pending or any(s.running or s.busy for s in self.sessions.values())
+        while (now := time.monotonic()) < deadline and (
+            self.pending
+            or any(
+                s.busy or (s.running and now - s.last_used < self.limits.drain_idle_s) for s in self.sessions.values()
+            )
         ):
             await asyncio.sleep(0.05)
         for session in list(self.sessions.values()):
             await self._drop(session)
 
+    def uvicorn_options(self) -> dict[str, Any]:
+        """``uvicorn.Config`` options that bound clients at the connection layer
+        (:class:`ludus.serve.net.GuardedHttp`); its counters go to ``/metrics``."""
+        from ludus.serve.net import ConnectionGuard, GuardedHttp
+
+        limits = self.limits
+        self.guard = ConnectionGuard(
+            limits.max_connections or max(16, _spare_descriptors(limits.threads)),
+            limits.request_timeout_s,
+            limits.max_pipelined,
+        )
+        return {"http": functools.partial(GuardedHttp, guard=self.guard), "ws_max_size": limits.max_request_bytes}
+
     def metrics(self) -> str:
         """Prometheus text format."""
         lines = [
             f"ludus_env_sessions {len(self.sessions)}",
+            f"ludus_env_max_sessions {self.limits.max_sessions}",
             f"ludus_env_running_episodes {sum(s.running for s in self.sessions.values())}",
             f"ludus_env_pending_calls {self.pending}",
             f"ludus_env_draining {int(self.draining)}",
@@ -406,6 +473,13 @@ class EnvServer:
             f"ludus_env_event_loop_lag_max_seconds {self.max_loop_lag_s:.6f}",
             f"ludus_env_uptime_seconds {time.time() - self.started:.1f}",
         ]
+        if self.guard is not None:
+            guard = self.guard
+            lines.append(f"ludus_env_max_connections {guard.max_connections}")
+            lines.append(f"ludus_env_idle_connections {len(guard.idle)}")
+            events = {"connections_evicted": guard.evicted, "connections_refused": guard.refused}
+            events |= {"connections_timed_out": guard.timed_out, "connections_overflowed": guard.overflowed}
+            lines += [f'ludus_env_events_total{{event="{k}"}} {v}' for k, v in events.items()]
         lines += [f'ludus_env_events_total{{event="{k}"}} {v}' for k, v in sorted(self.counts.items())]
         return "\n".join(lines) + "\n"
 
@@ -430,14 +504,31 @@ class EnvServer:
                 return
 
     def _authorized(self, scope: Scope) -> bool:
+        """``Authorization: Bearer TOKEN``, the scheme's case aside (RFC 6750 follows RFC 7235)."""
         if self._token is None:
             return True
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        return hmac.compare_digest(given, self._token)
+        scheme, _, credentials = (_header(scope, b"authorization") or b"").partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(b" "), self._token)
+
+    def _check_origin(self, origin: bytes) -> None:
+        """A request from a browser page (it carries ``Origin``) is served only if its origin is
+        allowed: otherwise any site a user visits could drive this server through their browser.
+        Programmatic clients send no ``Origin``."""
+        if origin.decode("latin-1") not in self.limits.allow_origins:
+            self.counts["refused_origin"] += 1
+            raise Refusal(
+                403, "forbidden_origin", "requests from browser pages are refused unless --allow-origin names theirs"
+            )
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
+        origin = _header(scope, b"origin")
         try:
+            if origin is not None:
+                self._check_origin(origin)
+                send = _with_cors(send, origin)
+                if method == "OPTIONS":  # a preflight: no token comes with it
+                    return await _respond_bytes(send, 204, b"", b"text/plain", _PREFLIGHT)
             if path == "/health" and method == "GET":
                 status = "draining" if self.draining else "ok"
                 body = {"status": status, "env": self.info["env"], "sessions": len(self.sessions)}
@@ -450,7 +541,7 @@ class EnvServer:
                 return await _respond(send, 200, self.info)
             if path.startswith("/tasks/") and method == "GET":
                 split, _, index = path[len("/tasks/") :].partition("/")
-                body = {"split": split, "index": int(index) if index.isdigit() else index}
+                body = {"split": split, "index": _path_index(index)}
                 return await _respond(send, 200, await self.op_task(body))
             op = path[1:]
             if method != "POST" or op not in self.OPS:
@@ -462,7 +553,7 @@ class EnvServer:
 
     async def _read_json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
         limit = self.limits.max_request_bytes
-        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise Refusal(413, "too_large", f"the request is {int(declared)} bytes; the limit is {limit}")
         chunks, size = [], 0
@@ -484,10 +575,16 @@ class EnvServer:
         and may come out of order. A connection may drive many sessions; dropping it ends none."""
         if (await receive())["type"] != "websocket.connect":
             return
-        if not self._authorized(scope):
-            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized: send 'Bearer TOKEN'"})
+        await send({"type": "websocket.accept"})  # refusals below are close codes, which clients can read
+        try:
+            origin = _header(scope, b"origin")
+            if origin is not None:
+                self._check_origin(origin)
+            if not self._authorized(scope):
+                raise Refusal(401, "unauthorized", "send the server's token as 'Authorization: Bearer TOKEN'")
+        except Refusal as refusal:
+            await send({"type": "websocket.close", "code": 1008, "reason": f"{refusal.kind}: {refusal}"})
             return
-        await send({"type": "websocket.accept"})
         sending = asyncio.Lock()
         window = asyncio.Semaphore(256)  # requests in progress per connection: past it, reading waits
         alive = True
@@ -496,6 +593,9 @@ class EnvServer:
             try:
                 rid = request.get("id") if isinstance(request, dict) else None
                 try:
+                    if not isinstance(rid, str | int | float | None):  # a deep one could not be sent back
+                        rid = None
+                        raise Refusal(400, "bad_request", "a message's id is a string, a number or null")
                     if not isinstance(request, dict) or not isinstance(request.get("op"), str):
                         raise Refusal(400, "bad_request", 'each message is a JSON object with an "op"')
                     reply = {"id": rid, "ok": True, **(await self.dispatch(request["op"], request))}
@@ -533,6 +633,30 @@ class EnvServer:
             alive = False  # running requests finish (their sessions record the replies); nothing is cancelled
 
 
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    return next((v for k, v in scope["headers"] if k == name), None)
+
+
+# what an allowed page may send: the routes' methods, a token and a JSON body
+_PREFLIGHT = [
+    (b"access-control-allow-methods", b"GET, POST"),
+    (b"access-control-allow-headers", b"authorization, content-type"),
+    (b"access-control-max-age", b"600"),
+]
+
+
+def _with_cors(send: Send, origin: bytes) -> Send:
+    """``send`` for a request of an allowed origin: its page may read the reply."""
+
+    async def send_with_cors(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            cors = [(b"access-control-allow-origin", origin), (b"vary", b"origin")]
+            message = {**message, "headers": [*message.get("headers", []), *cors]}
+        await send(message)
+
+    return send_with_cors
+
+
 def _encode(obj: Any) -> bytes:
     """``obj`` as JSON; a value that has no JSON form (an environment's ``info`` holding an
     object, say) is the environment's failure, refused with its reason rather than dropped."""
@@ -541,12 +665,15 @@ def _encode(obj: Any) -> bytes:
             return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
     try:
         return json.dumps(obj).encode()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise Refusal(500, "env_error", f"the environment's reply has no JSON form ({exc})") from None
 
 
 def _decode(raw: str | bytes) -> Any:
-    return orjson.loads(raw) if orjson is not None else json.loads(raw)
+    try:
+        return orjson.loads(raw) if orjson is not None else json.loads(raw)
+    except RecursionError:  # the standard library's parser on deep nesting (orjson stops at 1,024)
+        raise ValueError("nested too deep") from None
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
@@ -572,6 +699,21 @@ async def _respond_bytes(
     await send({"type": "http.response.body", "body": data})
 
 
+def _checked_token(token: str | None) -> bytes | None:
+    """The token as the bytes a request must carry; refused now if it is guessable or could not
+    travel in a header."""
+    if not token:
+        return None
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"the token is {len(token)} characters; use at least {MIN_TOKEN_CHARS} random ones "
+            "(openssl rand -hex 16 makes 32)"
+        )
+    if not (token.isascii() and token.isprintable()) or " " in token:
+        raise ValueError("the token must be printable ASCII without spaces (it travels in an HTTP header)")
+    return token.encode()
+
+
 def _describe(env: Env) -> dict[str, Any]:
     return {
         "protocol": PROTOCOL,
@@ -587,6 +729,26 @@ def _load_task(source: Any, split: str, index: int) -> Task:
         return source.get(index)
     except Exception as exc:  # noqa: BLE001 - the task source's failure, reported as such
         raise Refusal(500, "env_error", f"task {split}/{index} failed to load: {_describe_exc(exc)}") from None
+
+
+def _session_id(body: dict[str, Any]) -> str:
+    """The session a request names; a missing or non-text id names none (never the session "None")."""
+    sid = body.get("session_id")
+    if not isinstance(sid, str):
+        raise Refusal(400, "bad_request", f"session_id must be a string, got {_shown(sid)}")
+    return sid
+
+
+def _path_index(text: str) -> int | str:
+    """A task index from a URL: ASCII digits, short enough to be an index; anything else stays text
+    for ``_loader`` to refuse (``int`` would take '²' and fail, or spend time on 5,000 digits)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else text
+
+
+def _shown(value: Any) -> str:
+    """A client's value quoted in an error message, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def _describe_exc(exc: BaseException) -> str:
@@ -606,23 +768,25 @@ def serve(
     limits: ServerLimits | None = None,
     env_args: dict[str, Any] | None = None,
     on_ready: Callable[[str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; the first drains (see :meth:`EnvServer.drain`), a second exits
-    at once. ``on_ready`` gets the address once the socket listens."""
+    at once. ``on_ready`` gets the address once the socket listens; ``on_warning`` (default:
+    stderr) hears of limits lowered to fit the file descriptors (:func:`fit_to_descriptors`)."""
     import uvicorn
 
     from ludus.serve.net import address, listen
 
     if host not in LOOPBACK and not token:
         raise ValueError(
-            f"serving on {host} reaches other machines: set a token (--token or LUDUS_ENV_TOKEN) so that only "
-            "your trainers can play, or bind 127.0.0.1"
+            f"serving on {host} reaches other machines: set a token (--token-file or LUDUS_ENV_TOKEN) so that "
+            "only your trainers can play, or bind 127.0.0.1"
         )
+    _checked_token(token)  # a weak token is refused before any environment is built
+    limits = fit_to_descriptors(factory, limits or ServerLimits(), on_warning or _warn)
     app = EnvServer(factory, token=token, limits=limits, env_args=env_args)
     sock = listen(host, port)
-    config = uvicorn.Config(
-        app, log_level="warning", ws_max_size=app.limits.max_request_bytes, timeout_graceful_shutdown=5
-    )
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, **app.uvicorn_options())
 
     class DrainingServer(uvicorn.Server):
         """The first exit signal drains the environment server, then stops uvicorn."""
@@ -652,4 +816,75 @@ def serve(
         sock.close()
 
 
-__all__ = ["EnvServer", "Refusal", "ServerLimits", "public_task", "serve"]
+def fit_to_descriptors(factory: Callable[[], Env], limits: ServerLimits, warn: Callable[[str], None]) -> ServerLimits:
+    """``limits`` with as many sessions and connections as the process's file descriptors hold
+    together. The soft limit is raised to the hard one; a reserve stays for the server's own
+    files and for calls in progress (64 + 4 per environment thread); what one session holds is
+    measured on two probe environments, each made and reset; sessions get at most half of the
+    rest, connections the remainder. Limits set above what fits are lowered, with a warning."""
+    from ludus.serve.net import raise_descriptor_limit
+
+    allowed = raise_descriptor_limit()
+    per_session = descriptors_per_session(factory)
+    spare = _spare_descriptors(limits.threads)
+    if spare < 16:
+        raise ValueError(
+            f"this process may open {allowed} files (ulimit -n), too few to serve: raise the limit or lower --threads"
+        )
+    sessions = limits.max_sessions
+    if per_session and sessions * per_session > spare // 2:
+        sessions = max(1, spare // 2 // per_session)
+        warn(
+            f"max_sessions {limits.max_sessions} lowered to {sessions}: a session holds {per_session} file "
+            f"descriptor(s) and this process may open {allowed} (ulimit -n)"
+        )
+    fit = spare - sessions * per_session
+    connections = limits.max_connections or fit
+    if connections > fit:
+        warn(f"max_connections {connections} lowered to {fit} to fit {allowed} file descriptors (ulimit -n)")
+        connections = fit
+    return replace(limits, max_sessions=sessions, max_connections=connections)
+
+
+def descriptors_per_session(factory: Callable[[], Env]) -> int:
+    """File descriptors one more session holds: counted around a second probe environment, made
+    and reset (the first may open what all sessions share, a pool or a browser)."""
+    from ludus.serve.net import open_descriptors
+
+    probes: list[Env] = []
+    try:
+        counts = [open_descriptors()]
+        for _ in range(2):
+            probes.append(factory())
+            task = _first_task(probes[-1])
+            if task is not None:
+                with contextlib.suppress(Exception):  # a failing reset is the server's to report, per session
+                    probes[-1].reset(task, 0)
+            counts.append(open_descriptors())
+        return max(0, counts[2] - counts[1])
+    finally:
+        for probe in probes:
+            with contextlib.suppress(Exception):
+                probe.close()
+
+
+def _spare_descriptors(threads: int) -> int:
+    """File descriptors this process may still open, less a reserve for the server's own files
+    and for environment calls in progress (pipes to a sandbox, a database opened for a step)."""
+    from ludus.serve.net import open_descriptors, raise_descriptor_limit
+
+    return raise_descriptor_limit() - open_descriptors() - 64 - 4 * threads
+
+
+def _first_task(env: Env) -> Task | None:
+    for split in _SPLITS:
+        with contextlib.suppress(NotImplementedError):
+            return env.task_source(split).get(0)
+    return None
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+__all__ = ["EnvServer", "Refusal", "ServerLimits", "fit_to_descriptors", "public_task", "serve"]

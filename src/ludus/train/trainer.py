@@ -52,7 +52,7 @@ from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
 from ludus.rollout.evaluate import env_counts, evaluate
 from ludus.rollout.hosts import make_host
-from ludus.rollout.remote import RemoteEnv, RemoteEnvError
+from ludus.rollout.remote import REDACTED, RemoteEnv, RemoteEnvError, redacted_env_args
 from ludus.train import grpo
 from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker, build_picker
@@ -137,11 +137,13 @@ def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
         probe.close()
         if probe.name != config.env:
             raise ConfigError(f"config field 'env_server': {url} serves {probe.name!r}, not env {config.env!r}")
-        if probe.env_args is not None and probe.env_args != config.env_args:
+        # seeds and secrets are hidden on the server (redacted_env_args): those must be set on both sides
+        configured = redacted_env_args(config.env_args)
+        if probe.env_args is not None and probe.env_args != configured:
             raise ConfigError(
                 f"config field 'env_server': {url} serves {config.env} with env_args {probe.env_args}, the config "
-                f"says {config.env_args}; start the server with --env-args '{json.dumps(config.env_args)}' or set "
-                "env_args to the server's"
+                f"says {configured}; start the server with --env-args '{json.dumps(config.env_args)}' or set "
+                f"env_args to the server's ({REDACTED}: a seed or secret, set on both sides or on neither)"
             )
         return lambda: RemoteEnv(url, token=token)
     name, args = (

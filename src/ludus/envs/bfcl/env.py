@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ludus.core.env import Env, Split, TaskSource
+from ludus.core.env import Env, JsonTypes, Split, TaskSource
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolCall, ToolSpec
 from ludus.envs.bfcl.data import NO_CALL, SINGLE_TURN, SOME_CALL, is_eval, load_category
 from ludus.envs.bfcl.matcher import match_calls
@@ -73,6 +73,9 @@ class BFCLEnv(Env):
     name = "bfcl"
     description = "BFCL single-turn function calling: one message of tool calls, graded like BFCL's AST checker"
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    # a client's item: its conversation, its function schemas and the calls that answer it (data only)
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"category": str, "messages": list, "functions": list}
+    client_task_answer: ClassVar[JsonTypes] = list
 
     def __init__(
         self,

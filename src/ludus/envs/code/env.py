@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
-from ludus.core.env import SingleTurnEnv, Split, TaskSource, ToolEnv
+from ludus.core.env import JsonTypes, SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.types import Score, Status, Task
 from ludus.envs.code.tasks import FunctionTasks, load_code_tasks
 from ludus.envs.code.verifier import CodeVerifier, Format, TaskFormatError, parse_task
@@ -52,6 +52,9 @@ class CodeEnv(SingleTurnEnv):
     name = "code"
     description = "write a Python function or program; graded by its tests in the sandbox"
     system_prompt = "Write a correct Python solution. Reply with the code in one ```python block."
+    # a client's tests run in the sandbox, as its replies do; no field of a code task names a file
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"family": str, "format": str}
+    client_task_answer: ClassVar[JsonTypes] = dict
 
     def __init__(
         self,

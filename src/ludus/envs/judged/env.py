@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ludus.core.env import SingleTurnEnv, Split, TaskSource
+from ludus.core.env import JsonTypes, SingleTurnEnv, Split, TaskSource
 from ludus.core.rubric import Criterion, Rubric
 from ludus.core.types import Message, Score, Status, Task
 from ludus.envs.judged.tasks import builtin_tasks
@@ -49,6 +49,8 @@ class JudgedEnv(SingleTurnEnv):
     name = "judged"
     description = "open-ended requests graded by an LLM judge against reference key points (rubric: answered → judge)"
     system_prompt: ClassVar[str | None] = "Answer the request in a short paragraph."
+    # a client's request and reference key points (the judge reads them as text); no info
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {}
 
     def __init__(
         self,

@@ -17,9 +17,10 @@ where the marker is part of what is learned.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
-from ludus.core.env import SingleTurnEnv, Split, TaskSource
+from ludus.core.env import JsonTypes, SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
 from ludus.envs.math.verifier import DecimalGold, Fallback, MathVerifier
 from ludus.tasks.answers import MARKERS, Marker, find_answers
@@ -43,6 +44,8 @@ class MathEnv(SingleTurnEnv):
     name = "math"
     description = "math problems (procedural or MATH/GSM8K files) graded by the exact math verifier"
     system_prompt = "Solve the problem. Put the final answer in \\boxed{}."
+    # a client's problem and gold: the gold is parsed in the guarded workers, like any reply
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"family": str, "solution": str}
 
     def __init__(
         self,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
-from ludus.core.env import SingleTurnEnv, Split, TaskSource
+from ludus.core.env import JsonTypes, SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Score, Status, Task
 from ludus.envs.procedural.countdown import score_countdown
 from ludus.envs.procedural.exact import digit_agreement, parse_int, score_int, score_int_list
@@ -24,6 +25,8 @@ class ProceduralEnv(SingleTurnEnv):
 
     system_prompt: ClassVar[str | None] = "Reply with the final answer only."
     quick: ClassVar[bool] = True  # scoring is a few microseconds of pure Python
+    # a client's own problem is its prompt and gold answer; nothing in a task reaches the disk
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"family": str}
 
     def __init__(
         self, family: TaskFamily, tasks: TaskSource | None = None, *, seed: int = 0, eval_fraction: float = 0.1
@@ -118,6 +121,7 @@ class CountdownEnv(LeveledEnv):
     system_prompt = "Reply with the expression only."
     family_cls = Countdown
     difficulty_levels = tuple(sorted(countdown.LEVELS))
+    client_task_info = {"family": str, "numbers": list, "target": int}
 
     def score(self, task: Task, completion: str) -> Score:
         return score_countdown(completion, task.info["numbers"], task.info["target"])
@@ -130,6 +134,8 @@ class SortingEnv(LeveledEnv):
     description = "list manipulation (sort, reverse, remove duplicates) with a length/value-range knob"
     family_cls = Sorting
     difficulty_levels = tuple(sorted(sorting.LEVELS))
+    client_task_info = {"family": str, "op": str}
+    client_task_answer = list
 
     def score(self, task: Task, completion: str) -> Score:
         return score_int_list(completion, task.answer)

@@ -20,11 +20,11 @@ import shlex
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
-from ludus.core.env import Split, TaskSource, ToolEnv
+from ludus.core.env import JsonTypes, Split, TaskSource, ToolEnv
 from ludus.core.tools import ToolError
 from ludus.core.types import Message, Observation, Score, StepResult, Task, ToolCall
 from ludus.envs.repo.tasks import RepoTasks, apply_patch, load_repo_tasks, unified_diff
@@ -52,6 +52,15 @@ class RepoEnv(ToolEnv):
         "edit_file, write_file and run (a shell command in the repository, e.g. `python -m pytest -q`). "
         "Call submit() when the fix is complete."
     )
+    # a client's repository travels whole in answer['files'] and its tests run in the sandbox, as
+    # the run tool's commands do; client_task refuses answer['repo_path'], a folder on the server
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {
+        "library": str,
+        "package": str,
+        "bug": str,
+        "bug_kind": str,
+    }
+    client_task_answer: ClassVar[JsonTypes] = dict
 
     def __init__(
         self,
@@ -79,6 +88,15 @@ class RepoEnv(ToolEnv):
         )
         self.root: Path | None = None
         self.pristine: dict[str, bytes] = {}
+
+    def client_task(self, data: Any) -> Task:
+        task = super().client_task(data)
+        if "repo_path" in task.answer or not isinstance(task.answer.get("files"), dict):
+            raise ValueError(
+                "a client's repository task carries its files in task.answer['files'] (an object); "
+                "task.answer['repo_path'] names a folder on the server and is refused"
+            )
+        return task
 
     # ---- episode state ----
 

@@ -74,6 +74,7 @@ class SQLEnv(ToolEnv):
         "its result must have exactly the columns the question asks for, in that order."
     )
     tool_cache = ToolCache(max_entries=10_000)  # at most max_chars each: ~20 MB
+    client_task_info = None  # no task from a client: every task names database files on the server
 
     def __init__(
         self,
@@ -111,7 +112,6 @@ class SQLEnv(ToolEnv):
         self.max_turns, self.max_chars = max_turns, max_chars
         self.verifier = SQLVerifier(QueryLimits(timeout_s=timeout_s, max_steps=max_steps, max_rows=max_rows))
         self.db: Database | None = None
-        self._variants: list[str] = []
         self._scope: str | None = None
         if difficulty is not None:
             SQLTasks(difficulty)  # fail now on a bad difficulty, not at the first episode
@@ -131,8 +131,8 @@ class SQLEnv(ToolEnv):
         self.close()
         if not isinstance(task.info.get("db"), str):
             raise ValueError(f"task {task.id} has no info['db']: SQL tasks name their database file there")
-        main, self._variants = local_databases(task)
-        self.db = self._open(main, task)
+        main, _ = local_databases(task)
+        self.db = self._open(main, task)  # open for the episode: the cache may trim the file meanwhile
         # the engine, limits and display cap shape results too: environments configured differently share nothing
         self._scope = f"{self.engine}|{content_hash(main)}|{self.verifier.limits}|{self.max_chars}"
         return super().begin(task)
@@ -252,7 +252,8 @@ class SQLEnv(ToolEnv):
             return Score.zero(Status.GOLD_ERROR, f"task {task.id} has no gold SQL or no database")
         variants: list[Database] = []
         try:
-            variants += [self._open(p, task, hidden=True) for p in self._variants]
+            _, paths = local_databases(task)  # made again if the cache trimmed them during the episode
+            variants += [self._open(p, task, hidden=True) for p in paths]
             return self.verifier.score(completion, task.answer, [self._db(), *variants])
         except HoneypotRead as exc:
             self.trip_honeypot(f"the final answer read the table {exc.table!r}")

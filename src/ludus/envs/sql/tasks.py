@@ -17,17 +17,21 @@ differ (so no constant answer can match both), and an ordered question has no ti
 order or a ``LIMIT`` cut-off is decided. Train and eval are disjoint by recipe: a recipe
 belongs to the eval split when its hash falls in the eval bucket, so no eval database ever
 appears in training. Databases are written once under ``$LUDUS_CACHE/sql`` (default
-``~/.cache/ludus/sql``), named by the recipe's hash, atomically (temp file, then rename).
+``~/.cache/ludus/sql``), named by the recipe's hash, atomically (temp file, then rename). The
+folder keeps :data:`CACHE_BYTES` at most, the least recently used databases deleted first
+(:func:`trim_cache`); a task whose files are gone has them made again from its recipe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,9 @@ from ludus.tasks.loaders import FileTasks, TaskFileError
 from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket
 
 GENERATOR_VERSION = "sql-v1"  # bump when generated content changes: it is part of every recipe
+# the bytes of generated databases a cache folder keeps, least recently used out first: room for
+# thousands of tasks (~55 KB each), and a bound on what enumerating task indices can write
+CACHE_BYTES = 256 << 20
 HONEYPOT_TABLE = "secrets"
 LEVELS = (1, 2, 3, 4)
 
@@ -532,18 +539,70 @@ def generate(recipe: str, level: int) -> Generated:
 
 
 def _save(conn: sqlite3.Connection, path: Path) -> None:
-    """Write ``conn`` to ``path`` once; concurrent writers each write a temp file and rename
-    it, so a reader never sees a half-written database."""
-    if path.exists():
+    """Write ``conn`` to ``path`` once (a database already there is only marked used); concurrent
+    writers each write a temp file and rename it, so a reader never sees a half-written database."""
+    if _touch(path):
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    target = sqlite3.connect(tmp)
     try:
-        conn.backup(target)
+        target = sqlite3.connect(tmp)
+        try:
+            conn.backup(target)
+        finally:
+            target.close()
+        os.replace(tmp, path)
     finally:
-        target.close()
-    os.replace(tmp, path)
+        tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
+    _wrote(path.stat().st_size, path.parent)
+
+
+def _touch(path: Path) -> bool:
+    """Mark ``path`` used now, for the cache's least-recently-used order (its access time: the
+    modification time, which content hashes are memoised by, stays); False if it does not exist."""
+    try:
+        os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+_written = 0  # bytes this process wrote to the cache since it last trimmed it
+_written_lock = threading.Lock()
+
+
+def _wrote(size: int, folder: Path) -> None:
+    """Count a database written to ``folder``; trim the folder every sixteenth of the bound written,
+    so each process overshoots :data:`CACHE_BYTES` by that much at most."""
+    global _written
+    with _written_lock:
+        _written += size
+        if _written < CACHE_BYTES // 16:
+            return
+        _written = 0
+    trim_cache(folder, CACHE_BYTES)
+
+
+def trim_cache(folder: Path, limit: int) -> None:
+    """Delete the least recently used databases of ``folder`` until it holds ``limit`` bytes at most.
+
+    Safe against episodes: an open database outlives its file's name (the environment opens the
+    episode database at reset), and a task whose files are gone has them made again from its
+    recipe (:func:`local_databases`, also when grading on the hidden variants)."""
+    found = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith(".sqlite"):
+                with contextlib.suppress(FileNotFoundError):  # another process trimmed it
+                    stat = entry.stat()
+                    found.append((stat.st_atime_ns, stat.st_size, entry.path))
+    total = sum(size for _, size, _ in found)
+    for _, size, path in sorted(found):
+        if total <= limit:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        total -= size
 
 
 def recipe_paths(recipe: str, root: Path | None = None) -> tuple[Path, Path]:
@@ -553,11 +612,19 @@ def recipe_paths(recipe: str, root: Path | None = None) -> tuple[Path, Path]:
     return folder / f"{name}.sqlite", folder / f"{name}-variant.sqlite"
 
 
-def procedural_task(recipe: str, level: int, task_id: str, root: Path | None = None) -> Task:
-    """The task of ``recipe`` at ``level``, its databases written to the cache if missing."""
+def procedural_task(
+    recipe: str, level: int, task_id: str, root: Path | None = None, *, expected: str | None = None
+) -> Task:
+    """The task of ``recipe`` at ``level``, its databases written to the cache if missing.
+    ``expected``: the gold query the recipe must give, else ``ValueError`` and nothing written."""
     made = generate(recipe, level)
     main_path, variant_path = recipe_paths(recipe, root)
     try:
+        if expected is not None and made.question.sql != expected:
+            raise ValueError(
+                f"task {task_id}: its recipe gives another question with this version of Ludus "
+                f"({GENERATOR_VERSION}); regenerate the tasks instead of reusing them"
+            )
         _save(made.main, main_path)
         _save(made.variant, variant_path)
     finally:
@@ -580,17 +647,13 @@ def procedural_task(recipe: str, level: int, task_id: str, root: Path | None = N
 
 def local_databases(task: Task) -> tuple[str, list[str]]:
     """The task's episode and variant database files on this machine: its own paths, or, for a
-    procedural task whose files are missing here (made on another machine — a Ray driver — or
-    replayed from a trajectory), the same databases regenerated from its recipe."""
+    procedural task whose files are missing here (made on another machine — a Ray driver —,
+    replayed from a trajectory, or trimmed from the cache), the same databases regenerated from
+    its recipe."""
     main, variants = task.info["db"], list(task.info.get("variant_dbs", []))
-    if "recipe" not in task.info or all(Path(p).is_file() for p in [main, *variants]):
+    if "recipe" not in task.info or all(_touch(Path(p)) for p in [main, *variants]):
         return main, variants
-    made = procedural_task(task.info["recipe"], task.info["difficulty"], task.id)
-    if made.answer != task.answer:
-        raise ValueError(
-            f"task {task.id}: its recipe gives another question with this version of Ludus "
-            f"({GENERATOR_VERSION}); regenerate the tasks instead of reusing them"
-        )
+    made = procedural_task(task.info["recipe"], task.info["difficulty"], task.id, expected=task.answer)
     return made.info["db"], made.info["variant_dbs"]
 
 

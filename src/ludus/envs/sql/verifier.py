@@ -195,6 +195,8 @@ def content_hash(path: str | Path) -> str:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     with _hashes_lock:
         _hashes[key] = digest
+        if len(_hashes) > 4096:  # a file made again (a trimmed cache) is a new key: keep the newest
+            del _hashes[next(iter(_hashes))]
     return digest
 
 
