@@ -1,7 +1,9 @@
 """Shared by the TRL and verl adapter tests: a small tool environment, a single-turn environment
-whose grader fails on some tasks, and a quick supervised warm-up of the tiny transformers
-checkpoint (tests/support.py) so that sampling from it gives a mix of right and wrong answers."""
+whose grader fails on some tasks, the address of a port nothing listens on, and a quick
+supervised warm-up of the tiny transformers checkpoint (tests/support.py) so that sampling from
+it gives a mix of right and wrong answers."""
 
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -106,6 +108,15 @@ class FlakyGraderEnv(SingleTurnEnv):
 
     def reference(self, task: Task) -> str:
         return str(task.answer)
+
+
+def closed_port_url() -> str:
+    """``http://127.0.0.1:PORT`` where nothing listens: a port the system handed out, then closed.
+    A connection there is refused at once, as to an env server that is down."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def teach(folder: Path, examples: Sequence[tuple[str | list[int], str]], steps: int = 80, lr: float = 1e-2) -> None:

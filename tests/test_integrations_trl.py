@@ -15,7 +15,7 @@ from datasets import load_dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from integrations_support import RESPONSE_TEMPLATE, AddEnv, FlakyGraderEnv, teach  # noqa: E402
+from integrations_support import RESPONSE_TEMPLATE, AddEnv, FlakyGraderEnv, closed_port_url, teach  # noqa: E402
 from ludus.cli import main  # noqa: E402
 from ludus.core import registry  # noqa: E402
 from ludus.core.registry import make  # noqa: E402
@@ -74,14 +74,43 @@ def test_reward_grades_with_the_environment_and_refuses_rows_it_cannot_trust(tmp
     with pytest.raises(RowError, match="export it again"):
         reward([other[0]["prompt"]], ["1"], **batch_kwargs(other))
     changed = [{**rows[0], "prompt": [{"role": "user", "content": "2+2="}]}]
-    with pytest.raises(RowError, match="not what the environment shows"):
+    with pytest.raises(RowError, match="the row's prompt differs from the one arithmetic shows") as edited:
         reward([changed[0]["prompt"]], ["4"], **batch_kwargs(changed))
+    message = str(edited.value)  # what differs, how to opt out, and the export that matches the grader
+    assert "message 0 is user: '2+2=' in the row" in message and "check_prompt=False" in message
+    assert "`ludus export arithmetic -o FILE.parquet`" in message
+    assert LudusReward(check_prompt=False)([changed[0]["prompt"]], [answers[0]], **batch_kwargs(changed)) == [1.0]
     with pytest.raises(RowError, match="lacks the columns ludus_task_id"):
         reward(prompts, completions, **{k: v for k, v in batch_kwargs(rows).items() if k != "ludus_task_id"})
 
     flaky = list(load_dataset("parquet", data_files=str(export(tmp_path, "flaky-grader", 2)))["train"])
     scores = LudusReward()([r["prompt"] for r in flaky], ["1", "2"], **batch_kwargs(flaky))
     assert scores == [1.0, None]  # the grader failed on task 1: left out, not 0
+
+
+def test_an_env_server_that_is_down_gives_infra_errors_once_set_up(tmp_path, envs):
+    from ludus.rollout.remote import RemoteEnv, RemoteEnvError
+    from ludus.serve.env_server import EnvServer
+
+    down = closed_port_url()
+    rows = list(load_dataset("parquet", data_files=str(export(tmp_path, "arithmetic", 2)))["train"])
+    reward = LudusReward(lambda: RemoteEnv(down, retries=0))
+    assert reward([r["prompt"] for r in rows], ["1", "2"], **batch_kwargs(rows)) == [None, None]  # not a crash
+    assert reward.status.counts == {"infra_error": 2}
+
+    with pytest.raises(RemoteEnvError, match="Connection refused"):  # set-up reads the tools: nothing trained yet
+        LudusEnvironment(lambda: RemoteEnv(down, retries=0))
+    rows = list(load_dataset("parquet", data_files=str(export(tmp_path, "add-tool", 2)))["train"])
+    with serving(EnvServer(AddEnv)) as url:
+        environment = LudusEnvironment(lambda: RemoteEnv(url.removesuffix("/v1"), retries=0))
+        playing, later = environment(), environment()  # as TRL makes them, before training
+        playing.reset(**rows[0])
+        assert playing.add(a=1, b=2) == "3"
+    # the server is gone: the episode in flight and the next one are infra_error, left out
+    later.reset(**rows[1])
+    assert later.add(a=2, b=2) == "Error: the episode has ended (infra_error); give your final answer"
+    assert environment.reward(["3", "4"], environments=[playing, later]) == [None, None]
+    assert environment.status.counts == {"infra_error": 2}
 
 
 def test_tool_methods_carry_the_environments_schemas():

@@ -1,7 +1,7 @@
 """Ludus in verl: `ludus export --format verl` read by verl's RLHFDataset, `compute_score` loaded by
 verl's custom reward function loader and run by its naive reward manager, and the Ludus agent
-loop instantiated the way verl's agent loop worker does it, playing tool episodes with a tiny
-transformers model. No GPU, no Ray cluster.
+loop run by verl's own AgentLoopWorker from the documented agent-loop file, several samples a
+batch, playing tool episodes with a tiny transformers model. No GPU, no Ray cluster.
 
 verl 0.9.1 pins transformers<5.11, which this project does not follow; its import-time
 dependencies are in the dev extra, and the verl wheel itself is installed here without its
@@ -9,8 +9,12 @@ dependencies (pip install --no-deps, into Ludus's cache directory) unless verl i
 already."""
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VERL_USE_EXTERNAL_PLUGINS", "none")
 
 import ludus.integrations.verl as ludus_verl  # noqa: E402
-from integrations_support import AddEnv, FlakyGraderEnv, teach  # noqa: E402
+from integrations_support import AddEnv, FlakyGraderEnv, closed_port_url, teach  # noqa: E402
 from ludus.cli import main  # noqa: E402
 from ludus.core import registry  # noqa: E402
 from ludus.core.registry import make  # noqa: E402
@@ -131,6 +135,42 @@ def test_compute_score_through_verls_loader(tmp_path, tiny, envs):
         call({**rows[0], "extra_info": tampered}, "1")
 
 
+def test_compute_score_honours_on_infra_error_when_the_env_server_is_down(tmp_path, tiny, envs):
+    row = dataset([export(tmp_path, "arithmetic", 1)], AutoTokenizer.from_pretrained(tiny))[0]
+    url = closed_port_url()
+
+    def call(**reward_kwargs):
+        return reward_fn(env_server=url, **reward_kwargs)(
+            data_source=row["data_source"],
+            solution_str="1",
+            ground_truth=row["reward_model"]["ground_truth"],
+            extra_info=row["extra_info"],
+        )
+
+    assert call(on_infra_error="zero") == {"score": 0.0, "acc": 0.0, "ludus_infra_error": 1.0}
+    with pytest.raises(RuntimeError, match=r"(?s)infra_error: the environment could not be made.*on_infra_error=zero"):
+        call()  # the default: no made-up 0, and how to choose one
+
+
+def test_row_errors_name_verls_columns_and_export(tmp_path, tiny, envs):
+    row = dataset([export(tmp_path, "arithmetic", 1)], AutoTokenizer.from_pretrained(tiny))[0]
+    score = reward_fn()
+    with pytest.raises(RowError) as missing:
+        score(data_source="ludus/arithmetic", solution_str="1", ground_truth="x", extra_info={"index": 0})
+    with pytest.raises(RowError) as stale:  # a task id the environment no longer gives there
+        other = "arithmetic/train/0/9"
+        score(
+            data_source="ludus/arithmetic",
+            solution_str="1",
+            ground_truth=other,
+            extra_info={**row["extra_info"], "task_id": other},
+        )
+    assert "extra_info.split" in str(missing.value)
+    for error in (missing, stale):
+        assert "--format verl" in str(error.value) and "ludus_" not in str(error.value), error.value
+    assert "`ludus export arithmetic --format verl -o FILE.parquet`" in str(stale.value)
+
+
 def test_naive_reward_manager_scores_decoded_responses(tmp_path, tiny, envs):
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     rows = dataset([export(tmp_path, "arithmetic", 2)], tokenizer)
@@ -157,68 +197,81 @@ def test_naive_reward_manager_scores_decoded_responses(tmp_path, tiny, envs):
 
 class TinyServer:
     """A generation server as verl's agent loops call it (``generate`` on token ids), sampling
-    from a transformers model in this process."""
+    from a transformers model in this process. Each request's randomness follows from its prompt
+    and how many times that prompt came before, so a batch samples the same whatever order its
+    concurrent loops reach the server in."""
 
     def __init__(self, folder: Path):
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(folder).eval()
         self.eos = AutoTokenizer.from_pretrained(folder).eos_token_id
-        self.generator = torch.Generator().manual_seed(0)
+        self.seen: Counter[tuple[int, ...]] = Counter()
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
         from verl.workers.rollout.replica import TokenOutput
 
-        ids = torch.tensor([prompt_ids])
-        out, logps = [], []
+        key = tuple(prompt_ids)
+        generator = torch.Generator().manual_seed(hash((key, self.seen[key])) & 0xFFFFFFFF)
+        self.seen[key] += 1
+        step, past, out, logps = torch.tensor([prompt_ids]), None, [], []
         with torch.no_grad():
             for _ in range(48):
-                logits = self.model(ids).logits[0, -1].float()
-                probs = torch.softmax(logits / max(sampling_params.get("temperature", 1.0), 1e-3), -1)
-                token = int(torch.multinomial(probs, 1, generator=self.generator))
+                result = self.model(step, past_key_values=past, use_cache=True)
+                past = result.past_key_values
+                probs = torch.softmax(result.logits[0, -1].float() / max(sampling_params["temperature"], 1e-3), -1)
+                token = int(torch.multinomial(probs, 1, generator=generator))
                 out.append(token)
                 logps.append(float(torch.log(probs[token])))
-                ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+                step = torch.tensor([[token]])
                 if token == self.eos:
                     break
         return TokenOutput(token_ids=out, log_probs=logps, stop_reason="completed", num_preempted=0)
 
 
-def agent_loop(folder: Path, tokenizer):
-    import hydra
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
-    from verl.trainer.config import __file__ as config_dir
+def agent_loops(folder: Path, **arguments: str) -> Path:
+    """The agent-loop config file docs/integrations.md shows, with ``arguments`` for the loop."""
+    entry = {"name": "ludus_agent", "_target_": "ludus.integrations.verl.LudusAgentLoop", **arguments}
+    path = folder / "agent_loops.yaml"
+    OmegaConf.save(OmegaConf.create([entry]), path)
+    return path
 
-    config = OmegaConf.load(Path(config_dir).parent / "_generated_ppo_trainer.yaml")
+
+def play(folder: Path, loops: Path, rows: list[dict], n: int) -> DataProto:
+    """``rows`` played by verl's own AgentLoopWorker as its trainer hands them over: collated,
+    each repeated ``n`` times (a GRPO group), all samples at once. The worker reads the agent-loop
+    file into verl's registry and makes each sample's loop with hydra from it; only the LLM server
+    is ours (TinyServer)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.trainer.config import __file__ as config_dir
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    config = OmegaConf.load(Path(config_dir).parent / "_generated_ppo_trainer.yaml")  # verl's defaults
+    config.actor_rollout_ref.model.path = str(folder)
     rollout = config.actor_rollout_ref.rollout
+    rollout.name = "vllm"  # the rollout config needs a backend's name; nothing of vLLM runs here
     rollout.prompt_length, rollout.response_length = 512, 256
     rollout.multi_turn.max_assistant_turns = 4
-    return hydra.utils.instantiate(
-        config={"_target_": "ludus.integrations.verl.LudusAgentLoop"},
-        trainer_config=DictConfigWrap(config=config),
-        server_manager=TinyServer(folder),
-        tokenizer=tokenizer,
-        processor=None,
-        hf_model_type="llama",
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        tools=ToolListWrap([]),
-    )
+    rollout.agent.agent_loop_config_path = str(loops)
+    batch = DataProto.from_single_dict(collate_fn(rows)).repeat(repeat_times=n, interleave=True)
+    worker = AgentLoopWorker(config, TinyServer(folder))
+    return asyncio.run(worker.generate_sequences(batch))
 
 
-def test_agent_loop_plays_tool_episodes(tmp_path, tiny, envs):
+def test_agent_loop_worker_plays_tool_episodes_from_the_documented_config(tmp_path, tiny, envs):
     folder = tmp_path / "model"
     shutil.copytree(tiny, folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = dataset([export(tmp_path, "add-tool", 4)], tokenizer)
     from verl.tools.schemas import OpenAIFunctionToolSchema
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     spec = AddEnv().reset(AddEnv().task_source().get(0)).tools[0]
     tools = [
         OpenAIFunctionToolSchema.model_validate(spec.to_openai()).model_dump(exclude_unset=True, exclude_none=True)
     ]
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
-    builder = agent_loop(folder, tokenizer).continuous_token_builder  # the prompt as verl's loop renders it
+    builder = create_continuous_token_builder(tokenizer, hf_model_type="llama")  # the prompt as verl's loop renders it
     first = builder.build_initial_tokens(rows[0]["raw_prompt"], tools=tools)
     turn = [
         *rows[0]["raw_prompt"],
@@ -231,28 +284,23 @@ def test_agent_loop_plays_tool_episodes(tmp_path, tiny, envs):
         [(first, '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call></s>'), (second, "3</s>")],
     )
 
-    from ludus.integrations.verl import LudusAgentLoop
-
-    async def play(item: dict):
-        loop = agent_loop(folder, tokenizer)  # in the event loop, as verl's worker makes it
-        assert isinstance(loop, LudusAgentLoop)
-        return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True}, **item)
-
-    outputs = [asyncio.run(play({k: v for k, v in rows[i].items() if k != "agent_name"})) for i in (0, 0, 1, 3)]
-    statuses = [o.extra_fields["ludus_status"] for o in outputs]
-    assert statuses[0] == "correct" or statuses[1] == "correct", statuses  # add(1, 2), then 3
-    assert statuses[2] in ("wrong", "format_error", "truncated")  # task 1 is 2+2: the taught 3 is wrong
-    assert statuses[3] == "infra_error"  # task 3's tool is down
-    assert ("add/0", 1, 2) in AddEnv.calls and any(t == "add/3" for t, _, _ in AddEnv.calls)
-    for o, status in zip(outputs, statuses, strict=True):
-        assert o.reward_score == (1.0 if status == "correct" else 0.0)
-        assert len(o.response_mask) == len(o.response_ids)
+    out = play(folder, agent_loops(tmp_path), [rows[i] for i in (0, 1, 3)], n=2)  # six samples in one batch
+    statuses = list(out.non_tensor_batch["ludus_status"])
+    assert "correct" in statuses[:2], statuses  # task 0: add(1, 2), then 3
+    assert all(s in ("wrong", "format_error", "truncated") for s in statuses[2:4]), statuses  # task 1 is 2+2
+    assert "infra_error" in statuses[4:], statuses  # task 3's tool is down
+    assert sum(t == "add/3" for t, _, _ in AddEnv.calls) == statuses.count("infra_error")
+    assert ("add/0", 1, 2) in AddEnv.calls
+    rewards = out.batch["rm_scores"].sum(-1).tolist()  # the loop's scores, where verl's trainer reads them
+    masks, lengths = out.batch["response_mask"].sum(-1), out.batch["attention_mask"][:, 512:].sum(-1)
+    for i, status in enumerate(statuses):
+        assert rewards[i] == (1.0 if status == "correct" else 0.0)
         if status == "infra_error":
-            assert set(o.response_mask) == {0}  # masked from the loss
-        else:
-            assert 0 in o.response_mask and 1 in o.response_mask  # tool replies are not the model's tokens
+            assert masks[i] == 0  # masked from the loss
+        if status == "correct":
+            assert 0 < masks[i] < lengths[i]  # the tool's reply is in the response, not trained on
     # compute_score, should verl call it on a row the loop played, returns the loop's score
-    played = {**rows[0]["extra_info"], **outputs[0].extra_fields}
+    played = {**rows[0]["extra_info"], "ludus_score": out.non_tensor_batch["ludus_score"][0]}
     assert (
         reward_fn()(
             data_source="ludus/add-tool",
@@ -260,8 +308,34 @@ def test_agent_loop_plays_tool_episodes(tmp_path, tiny, envs):
             ground_truth=rows[0]["reward_model"]["ground_truth"],
             extra_info=played,
         )["score"]
-        == outputs[0].reward_score
+        == rewards[0]
     )
+
+
+def test_agent_loop_masks_the_samples_of_an_env_server_that_is_down(tmp_path, tiny, envs):
+    url = closed_port_url()
+    rows = dataset([export(tmp_path, "add-tool", 2)], AutoTokenizer.from_pretrained(tiny))
+    out = play(tiny, agent_loops(tmp_path, env_server=url), [rows[0], rows[1]], n=2)
+    assert list(out.non_tensor_batch["ludus_status"]) == ["infra_error"] * 4  # no sample raised
+    for text in out.non_tensor_batch["ludus_score"]:  # every sample's loop got the file's env_server
+        reason = json.loads(text)["reason"]
+        assert "could not be made" in reason and url in reason, reason
+    assert out.batch["response_mask"].sum() == 0 and out.batch["rm_scores"].sum() == 0
+    assert set(out.non_tensor_batch["ludus_masked"]) == {True}
+
+
+def test_the_agent_loop_is_found_by_its_documented_path_without_importing_verl_before(tmp_path):
+    from hydra.utils import get_class
+
+    from ludus.integrations.verl_agent_loop import LudusAgentLoop
+
+    assert get_class("ludus.integrations.verl.LudusAgentLoop") is LudusAgentLoop
+    assert get_class(f"{LudusAgentLoop.__module__}.{LudusAgentLoop.__qualname__}") is LudusAgentLoop
+    probe = "import sys, ludus.integrations.verl; print(sorted(m for m in sys.modules if m.split('.')[0] == 'verl'))"
+    verl_folder = str(Path(sys.modules["verl"].__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([verl_folder, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_verl_example_checks_rewards_through_verls_loader(tmp_path, envs):

@@ -3,13 +3,17 @@ and grading a reply on the task a row names.
 
 A row names its task by ``TaskRef`` — environment, its arguments, split, index, the episode's
 seed and the task's id — in the ``ludus_*`` columns (TRL) or in ``data_source`` and
-``extra_info`` (verl). Grading rebuilds the task with ``env.task_source(split).get(index)``,
-checks that its id is still the one exported (a dataset written with other environment
-arguments, or by another version of the environment, is an error, not a silently wrong reward),
-replays ``reset(task, seed)`` and scores the reply with ``step``.
+``extra_info`` (verl); a :class:`Layout` says which, so that errors name the row's own columns.
+Grading rebuilds the task with ``env.task_source(split).get(index)``, checks that its id is
+still the one exported (a dataset written with other environment arguments, or by another
+version of the environment, is an error, not a silently wrong reward), replays
+``reset(task, seed)`` and scores the reply with ``step``.
 
 Rewards: a score's value, or ``None`` when its status is ``infra_error`` — the grader failed,
-the sample says nothing about the policy and the trainer must leave it out, never count it 0.
+or the environment could not start for the sample (:class:`EnvUnavailable`: its env server
+down, say) — the sample says nothing about the policy and the trainer must leave it out, never
+count it 0. A row that names no task, or not the one the environment gives, is a
+:class:`RowError`: the dataset's mistake, raised.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 from ludus.core.env import Env, TaskSource
@@ -29,12 +34,39 @@ from ludus.core.types import Message, Observation, Score, Status, Task
 logger = logging.getLogger("ludus.integrations")
 
 EnvFactory = Callable[[], Env]
+FIELDS = ("env", "env_args", "split", "index", "seed", "task_id")  # what names a task (TaskRef)
 COLUMNS = ("ludus_env", "ludus_env_args", "ludus_split", "ludus_index", "ludus_seed", "ludus_task_id")
 SPLITS = ("train", "eval")
 
 
 class RowError(ValueError):
     """A dataset row that names no Ludus task, or one its environment no longer gives."""
+
+
+class EnvUnavailable(RuntimeError):
+    """The environment could not be made, or could not give the row's task (an env server down, a
+    database that did not start): the infrastructure's failure, not the row's or the model's, so
+    the sample is an ``infra_error`` like a grader that fails."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one trainer's rows name a task: the column of each of :data:`FIELDS` and ``ludus
+    export``'s ``--format`` that writes them, so that an error names the user's own columns and
+    the command that fixes the dataset."""
+
+    columns: Mapping[str, str]
+    format: str
+
+    def export(self, env: str = "ENV", split: str = "train") -> str:
+        """The ``ludus export`` command that writes rows of this layout."""
+        options = (" --split eval" if split == "eval" else "") + (
+            f" --format {self.format}" if self.format != "trl" else ""
+        )
+        return f"`ludus export {env}{options} -o FILE.parquet`"
+
+
+TRL_LAYOUT = Layout(dict(zip(FIELDS, COLUMNS, strict=True)), "trl")
 
 
 def canonical_args(env_args: Mapping[str, Any] | str | None) -> str:
@@ -57,6 +89,7 @@ class TaskRef:
     seed: int
     task_id: str
     env_args: str = "{}"  # canonical JSON (see canonical_args)
+    layout: Layout = field(default=TRL_LAYOUT, compare=False, repr=False)  # the row's, for errors about it
 
     def columns(self) -> dict[str, Any]:
         """The ``ludus_*`` columns of a TRL row (also what verl's ``extra_info`` carries)."""
@@ -66,24 +99,31 @@ class TaskRef:
 
     @classmethod
     def from_columns(cls, row: Mapping[str, Any], where: str = "the row") -> TaskRef:
-        missing = [c for c in COLUMNS if row.get(c) is None]
+        """The task a TRL row's ``ludus_*`` columns name."""
+        return cls.parse({f: row.get(c) for f, c in TRL_LAYOUT.columns.items()}, TRL_LAYOUT, where)
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any], layout: Layout, where: str = "the row") -> TaskRef:
+        """The task ``values`` (one per name in :data:`FIELDS`) name; errors speak of ``layout``'s columns."""
+        column = layout.columns
+        missing = [column[f] for f in FIELDS if values.get(f) is None]
         if missing:
             raise RowError(
                 f"{where} lacks {', '.join(missing)}: it does not name a Ludus task. Write the dataset with "
-                "`ludus export ENV -o FILE.parquet` (or keep these columns when you transform it)"
+                f"{layout.export()} (or keep these columns when you transform it)"
             )
-        split = str(row["ludus_split"])
+        split = str(values["split"])
         if split not in SPLITS:
-            raise RowError(f"{where}: ludus_split must be one of {SPLITS}, got {split!r}")
+            raise RowError(f"{where}: {column['split']} must be one of {SPLITS}, got {split!r}")
         try:
-            index, seed = int(row["ludus_index"]), int(row["ludus_seed"])
+            index, seed = int(values["index"]), int(values["seed"])
         except (TypeError, ValueError) as exc:
-            raise RowError(f"{where}: ludus_index and ludus_seed must be integers ({exc})") from exc
+            raise RowError(f"{where}: {column['index']} and {column['seed']} must be integers ({exc})") from exc
         try:
-            env_args = canonical_args(row["ludus_env_args"])
+            env_args = canonical_args(values["env_args"])
         except ValueError as exc:
-            raise RowError(f"{where}: ludus_env_args is not a JSON object: {exc}") from exc
-        return cls(str(row["ludus_env"]), split, index, seed, str(row["ludus_task_id"]), env_args)
+            raise RowError(f"{where}: {column['env_args']} is not a JSON object: {exc}") from exc
+        return cls(str(values["env"]), split, index, seed, str(values["task_id"]), env_args, layout)
 
     def env_kwargs(self) -> dict[str, Any]:
         return json.loads(self.env_args)
@@ -151,6 +191,13 @@ def export_tasks(
         instance.close()
 
 
+def infra_error(exc: BaseException, doing: str | None = None) -> Score:
+    """The score of a sample whose environment failed (at ``doing``; an :class:`EnvUnavailable`
+    says what itself): ``infra_error``, never the model's 0."""
+    reason = str(exc) if doing is None else f"{doing} failed: {type(exc).__name__}: {exc}"
+    return Score.zero(Status.INFRA_ERROR, reason[:1000])
+
+
 def reward(score: Score) -> float | None:
     """What a trainer gets: the score's value, or ``None`` (leave the sample out) for ``infra_error``."""
     return None if score.is_infra_error else score.value
@@ -165,6 +212,31 @@ def same_prompt(prompt: Sequence[Mapping[str, Any]] | str, messages: Sequence[Me
     if not all(isinstance(p, Mapping) for p in prompt):
         return False
     return [(p.get("role"), p.get("content")) for p in prompt] == [(m.role, m.content) for m in messages]
+
+
+def check_prompt(prompt: Sequence[Mapping[str, Any]] | str, messages: Sequence[Message], ref: TaskRef) -> None:
+    """Refuse a row whose prompt is not the environment's first observation ``messages``: the reply
+    would be graded as the answer to another question than the model was asked."""
+    if same_prompt(prompt, messages):
+        return
+    shown = [(m.role, m.content) for m in messages]
+    if isinstance(prompt, str):
+        given, shown = [("user", prompt)], [m for m in shown if m[0] == "user"][-1:]
+    else:
+        given = [(p.get("role"), p.get("content")) if isinstance(p, Mapping) else ("?", repr(p)) for p in prompt]
+    first = next(i for i, (a, b) in enumerate(zip_longest(given, shown)) if a != b)
+
+    def show(message: tuple[Any, Any] | None) -> str:
+        return "nothing" if message is None else f"{message[0]}: {str(message[1])[:80]!r}"
+
+    raise RowError(
+        f"the row's prompt differs from the one {ref.env} shows for task {ref.task_id!r} (seed {ref.seed}): message "
+        f"{first} is {show(given[first] if first < len(given) else None)} in the row and "
+        f"{show(shown[first] if first < len(shown) else None)} in the environment. If you edited the prompts on "
+        "purpose (a system prompt or template of your own) and the question is the same, pass check_prompt=False; "
+        "otherwise the dataset was written with other environment arguments or by another version of the "
+        f"environment: export it again with {ref.layout.export(ref.env, ref.split)}"
+    )
 
 
 @dataclass
@@ -212,11 +284,15 @@ class Episodes:
         if self.fixed_name is not None and ref is not None and ref.env != self.fixed_name:
             raise RowError(f"the row names environment {ref.env!r}, but this grader plays {self.fixed_name!r}")
         if self.factory is not None:
-            env = self.factory()
+            make = self.factory
         elif ref is not None:
-            env = registered(ref.env, ref.env_args)()
+            make = registered(ref.env, ref.env_args)
         else:
             raise ValueError("an environment needs a factory, a registered name or a row that names one")
+        try:
+            env = make()
+        except Exception as exc:  # noqa: BLE001 - an env server down, a database that did not start, ...
+            raise EnvUnavailable(f"the environment could not be made: {type(exc).__name__}: {exc}"[:1000]) from exc
         if not isinstance(env, Env):
             raise TypeError(f"the env factory returned {type(env).__name__}, not a ludus Env")
         with self._lock:
@@ -224,18 +300,28 @@ class Episodes:
         return Slot(env)
 
     def task(self, slot: Slot, ref: TaskRef) -> Task:
-        """Task ``ref.index`` of the slot's environment, checked against the exported id."""
-        if ref.split not in slot.sources:
-            slot.sources[ref.split] = slot.env.task_source(ref.split)  # type: ignore[arg-type]
-        source = slot.sources[ref.split]
-        if ref.index < 0 or (source.size is not None and ref.index >= source.size):
-            raise RowError(f"the row names task {ref.index} of {ref.env}'s {ref.split} split, which has {source.size}")
-        task = source.get(ref.index)
+        """Task ``ref.index`` of the slot's environment, checked against the exported id. A task
+        source that fails (a remote one whose server is down) raises :class:`EnvUnavailable`."""
+        try:
+            if ref.split not in slot.sources:
+                slot.sources[ref.split] = slot.env.task_source(ref.split)  # type: ignore[arg-type]
+            source = slot.sources[ref.split]
+            if ref.index < 0 or (source.size is not None and ref.index >= source.size):
+                raise RowError(
+                    f"the row names task {ref.index} of {ref.env}'s {ref.split} split, which has {source.size}"
+                )
+            task = source.get(ref.index)
+        except RowError:
+            raise
+        except NotImplementedError as exc:  # the environment has no such split: the row's mistake
+            raise RowError(f"the row names {ref.env}'s {ref.split} split, which it does not have here: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the environment failed to give a task, not the row
+            raise EnvUnavailable(f"the task could not be read: {type(exc).__name__}: {exc}"[:1000]) from exc
         if task.id != ref.task_id:
             raise RowError(
                 f"the row names task {ref.task_id!r} (index {ref.index} of {ref.env}'s {ref.split} split), but the "
                 f"environment gives {task.id!r} there: the dataset was exported with other environment arguments or "
-                "by another version of the environment; export it again"
+                f"by another version of the environment; export it again with {ref.layout.export(ref.env, ref.split)}"
             )
         return task
 
@@ -255,7 +341,10 @@ class Grader(Episodes):
 
     ``workers`` threads grade a batch at once (each with its own environments), for graders that
     wait on a sandbox or a database. An ``infra_error`` is graded again up to ``retries`` times
-    before it stands. ``counts`` tallies every status graded so far."""
+    before it stands; an environment that cannot be made or cannot give the task
+    (:class:`EnvUnavailable`) is one at once, its factory having had its own retries (a
+    ``RemoteEnv``'s back-off), and is made anew for the next row. ``counts`` tallies every status
+    graded so far."""
 
     def __init__(
         self,
@@ -276,14 +365,18 @@ class Grader(Episodes):
         """The score of ``reply`` as the whole answer to the row's task. A prompt that is not the
         environment's first observation raises :class:`RowError`: the model was asked something
         else than what is graded."""
-        slot = self.slot(ref)
-        task = self.task(slot, ref)
-        score = self._once(slot, task, ref, reply, prompt)
-        for _ in range(self.retries):
-            if not score.is_infra_error:
-                break
-            logger.warning("grading %s task %s again after infra_error: %s", ref.env, ref.task_id, score.reason)
+        try:
+            slot = self.slot(ref)
+            task = self.task(slot, ref)
+        except EnvUnavailable as exc:
+            score = infra_error(exc)
+        else:
             score = self._once(slot, task, ref, reply, prompt)
+            for _ in range(self.retries):
+                if not score.is_infra_error:
+                    break
+                logger.warning("grading %s task %s again after infra_error: %s", ref.env, ref.task_id, score.reason)
+                score = self._once(slot, task, ref, reply, prompt)
         with self._lock:
             self.counts[score.status] += 1
         return score
@@ -309,13 +402,9 @@ class Grader(Episodes):
         try:
             observation = slot.env.reset(task, seed=ref.seed)
         except Exception as exc:  # noqa: BLE001 - a reset that fails is the environment's failure, not the model's
-            return Score.zero(Status.INFRA_ERROR, f"reset failed: {type(exc).__name__}: {exc}"[:1000])
-        if prompt is not None and not same_prompt(prompt, observation.messages):
-            raise RowError(
-                f"the prompt of {ref.env} task {ref.task_id!r} is not what the environment shows for it (seed "
-                f"{ref.seed}): the dataset was exported with other environment arguments or by another version; "
-                "export it again"
-            )
+            return infra_error(exc, "reset")
+        if prompt is not None:
+            check_prompt(prompt, observation.messages, ref)
         result = slot.env.step(Message("assistant", reply))
         if not result.done:
             return Score.zero(

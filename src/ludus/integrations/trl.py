@@ -32,7 +32,8 @@ is dropped by TRL without a word, which leaves an episode without a final answer
 scores ``truncated`` (0), as it would in Ludus's own trainer.
 
 Rewards are a score's value, or ``None`` for ``infra_error`` (TRL leaves the sample out of the
-reward, never counts it 0); the share of each status is logged as ``ludus/<status>``.
+reward, never counts it 0) — an environment that could not start for a sample, its env server
+down say, included; the share of each status is logged as ``ludus/<status>``.
 """
 
 from __future__ import annotations
@@ -48,15 +49,18 @@ from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, ToolCall, ToolSpec
 from ludus.integrations.common import (
     COLUMNS,
+    TRL_LAYOUT,
     EnvFactory,
+    EnvUnavailable,
     Episodes,
     Grader,
     RowError,
     Slot,
     TaskRef,
     chat,
+    check_prompt,
+    infra_error,
     reward,
-    same_prompt,
 )
 
 logger = logging.getLogger("ludus.integrations.trl")
@@ -139,7 +143,7 @@ class LudusReward:
         if missing:
             raise RowError(
                 f"the dataset lacks the columns {', '.join(missing)}: LudusReward grades rows that "
-                "`ludus export ENV --format trl` wrote (or that keep its ludus_* columns)"
+                f"{TRL_LAYOUT.export()} wrote (or that keep its ludus_* columns)"
             )
         refs = [
             TaskRef.from_columns({c: kwargs[c][i] for c in COLUMNS}, where=f"row {i} of the batch")
@@ -237,32 +241,36 @@ class LudusToolEnvironment:
         self._calls = 0
 
     def reset(self, **row: Any) -> None:
+        """Start the episode the row names. An environment that cannot start (its env server down,
+        say) ends the episode at once as ``infra_error``: its reward is ``None``, not a crash of
+        the training run."""
         ref = TaskRef.from_columns(row, where="the dataset row")
-        if self._slot is None:  # TRL keeps instances and resets them: one Ludus environment each
-            self._slot = self._episodes.new_slot(ref)
-        elif self._episodes.fixed_name is not None and ref.env != self._episodes.fixed_name:
+        self._env, self._ref, self._score, self._calls = None, ref, None, 0
+        if self._episodes.fixed_name is not None and ref.env != self._episodes.fixed_name:
             raise RowError(f"the row names environment {ref.env!r}, but this one plays {self._episodes.fixed_name!r}")
-        slot = self._slot
-        task = self._episodes.task(slot, ref)
-        self._env, self._ref, self._score, self._calls = slot.env, ref, None, 0
         try:
-            observation = slot.env.reset(task, seed=ref.seed)
+            if self._slot is None:  # TRL keeps instances and resets them: one Ludus environment each
+                self._slot = self._episodes.new_slot(ref)
+            task = self._episodes.task(self._slot, ref)
+        except EnvUnavailable as exc:
+            self._score = infra_error(exc)
+            return None
+        self._env = self._slot.env
+        try:
+            observation = self._env.reset(task, seed=ref.seed)
         except Exception as exc:  # noqa: BLE001 - the environment failed, not the model: masked later
-            self._score = Score.zero(Status.INFRA_ERROR, f"reset failed: {type(exc).__name__}: {exc}"[:1000])
+            self._score = infra_error(exc, "reset")
             return None
         prompt = row.get("prompt")
-        if self._check_prompt and prompt is not None and not same_prompt(prompt, observation.messages):
-            raise RowError(
-                f"the prompt of {ref.env} task {ref.task_id!r} is not what the environment shows for it: the dataset "
-                "was exported with other environment arguments or by another version; export it again"
-            )
+        if self._check_prompt and prompt is not None:
+            check_prompt(prompt, observation.messages, ref)
         return None  # the row's prompt is already the first observation
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
-        if self._env is None:
-            raise RuntimeError("a tool was called before reset(): TRL resets every environment before generating")
         if self._score is not None:
             return f"Error: the episode has ended ({self._score.status}); give your final answer"
+        if self._env is None:
+            raise RuntimeError("a tool was called before reset(): TRL resets every environment before generating")
         self._calls += 1
         call = ToolCall(name, dict(arguments), id=f"call_{self._calls}")
         result = self._env.step(Message("assistant", "", tool_calls=[call]))
@@ -298,8 +306,10 @@ class LudusEnvironment:
     """``environment_factory`` for TRL's ``GRPOTrainer``, and its reward function (``.reward``).
 
     ``env`` is a registered name (with ``env_args``) or an env factory (a ``RemoteEnv`` on a
-    server, say). The tools are read once, from an episode on task 0 of ``probe_split``: TRL
-    shows every rollout of an environment the same tool schemas."""
+    server, say). The tools are read once, here, from an episode on task 0 of ``probe_split``:
+    TRL shows every rollout of an environment the same tool schemas. An environment that cannot
+    be reached here raises (a wrong address, a server not started: nothing has trained yet);
+    once set up, an episode whose environment cannot start is an ``infra_error``."""
 
     def __init__(
         self,

@@ -18,9 +18,11 @@ environment. Register it with an agent-loop config file (``agent_loop_config_pat
 
 Rows of tool environments carry ``agent_name: ludus_agent``. The loop puts the score in the
 output (verl then needs no reward function for these rows) and its status in ``extra_fields``.
+The class lives in :mod:`ludus.integrations.verl_agent_loop` (importing this module imports no verl).
 
-Infrastructure failures: verl has no way to leave a sample out of the reward. The agent loop
-masks such a sample's tokens from the loss (its ``response_mask`` is all zeros) and reports
+Infrastructure failures — a grader that fails, an environment or env server that cannot start
+for a sample: verl has no way to leave a sample out of the reward. The agent loop masks such a
+sample's tokens from the loss (its ``response_mask`` is all zeros) and reports
 ``ludus_infra_error``; ``compute_score`` cannot touch the loss, so by default it raises rather
 than train on a made-up 0 (``reward_kwargs: {on_infra_error: zero}`` scores 0 and counts them
 in ``ludus_infra_error`` instead). ``reward_kwargs: {env_server: URL}`` grades on an env server.
@@ -33,12 +35,24 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ludus.core.types import Score, Status
-from ludus.integrations.common import Episodes, Grader, RowError, TaskRef, chat
+from ludus.core.env import Env
+from ludus.core.types import Score
+from ludus.integrations.common import EnvFactory, Grader, Layout, RowError, TaskRef, chat
 
 DATA_SOURCE_PREFIX = "ludus/"
 AGENT_NAME = "ludus_agent"
 RESULT_KEYS = ("score", "acc", "ludus_infra_error")  # every result has these, as verl's metrics need
+VERL_LAYOUT = Layout(  # where verl rows keep what names their task (see rows)
+    {
+        "env": "data_source",
+        "env_args": "extra_info.env_args",
+        "split": "extra_info.split",
+        "index": "extra_info.index",
+        "seed": "extra_info.seed",
+        "task_id": "extra_info.task_id",
+    },
+    "verl",
+)
 
 
 def rows(exported: Any, *, with_tools: bool | None = None) -> list[dict[str, Any]]:
@@ -73,19 +87,19 @@ def task_ref(data_source: str, ground_truth: Any, extra_info: Mapping[str, Any] 
     if not isinstance(data_source, str) or not data_source.startswith(DATA_SOURCE_PREFIX):
         raise RowError(
             f"data_source {data_source!r} is not a Ludus environment ('ludus/<env>'): write the dataset with "
-            "`ludus export ENV --format verl`, or route other data sources to another reward function"
+            f"{VERL_LAYOUT.export()}, or route other data sources to another reward function"
         )
     info = dict(extra_info or {})
     env = data_source[len(DATA_SOURCE_PREFIX) :]
-    columns = {
-        "ludus_env": info.get("env", env),
-        "ludus_env_args": info.get("env_args", "{}"),
-        "ludus_split": info.get("split"),
-        "ludus_index": info.get("index"),
-        "ludus_seed": info.get("seed", info.get("index")),
-        "ludus_task_id": info.get("task_id", ground_truth),
+    values = {
+        "env": info.get("env", env),
+        "env_args": info.get("env_args", "{}"),
+        "split": info.get("split"),
+        "index": info.get("index"),
+        "seed": info.get("seed", info.get("index")),
+        "task_id": info.get("task_id", ground_truth),
     }
-    ref = TaskRef.from_columns(columns, where=f"the {data_source} row's extra_info")
+    ref = TaskRef.parse(values, VERL_LAYOUT, where=f"the {data_source} row")
     if ref.env != env:
         raise RowError(f"the row's data_source names {env!r} but its extra_info names {ref.env!r}")
     if ground_truth is not None and str(ground_truth) != ref.task_id:
@@ -93,10 +107,12 @@ def task_ref(data_source: str, ground_truth: Any, extra_info: Mapping[str, Any] 
     return ref
 
 
-def _remote(url: str) -> Any:
-    from ludus.rollout.remote import RemoteEnv
+def remote_factory(url: str) -> EnvFactory:
+    """Environments on the env server at ``url`` (the HTTP client is imported when one is made)."""
 
-    def make() -> Any:
+    def make() -> Env:
+        from ludus.rollout.remote import RemoteEnv
+
         return RemoteEnv(url)
 
     return make
@@ -110,7 +126,7 @@ def _grader(env_server: str | None) -> Grader:
     key = env_server or ""
     with _graders_lock:
         if key not in _graders:
-            _graders[key] = Grader(_remote(env_server) if env_server else None)
+            _graders[key] = Grader(remote_factory(env_server) if env_server else None)
         return _graders[key]
 
 
@@ -121,7 +137,8 @@ def result(score: Score, on_infra_error: str = "raise") -> dict[str, float]:
             raise RuntimeError(
                 f"Ludus could not grade this sample (infra_error: {score.reason}). verl cannot leave a sample out "
                 "of the reward, and a made-up 0 would train the model on the grader's failure: fix the environment, "
-                "use the ludus_agent loop (which masks such samples), or set reward_kwargs on_infra_error: zero"
+                "use the ludus_agent loop (which masks such samples), or score such samples 0 and count them with "
+                "reward.custom_reward_function.reward_kwargs.on_infra_error=zero"
             )
         return {"score": 0.0, "acc": 0.0, "ludus_infra_error": 1.0}
     return {"score": score.value, "acc": float(score.correct), "ludus_infra_error": 0.0}
@@ -152,123 +169,13 @@ def compute_score(
 
 
 # ---- multi-turn: the agent loop ------------------------------------------------------------------
-# verl is imported only when the loop is used, so that exporting and compute_score need no verl.
 
 
 def __getattr__(name: str) -> Any:
+    """``LudusAgentLoop`` by its documented path (hydra's ``_target_``) without importing verl here:
+    it lives in :mod:`ludus.integrations.verl_agent_loop`, imported on first use."""
     if name == "LudusAgentLoop":
-        cls = _agent_loop_class()
-        globals()[name] = cls
-        return cls
+        from ludus.integrations.verl_agent_loop import LudusAgentLoop
+
+        return LudusAgentLoop
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _agent_loop_class() -> type:
-    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
-    from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
-    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-
-    from ludus.core.env import Env
-    from ludus.core.types import Message, ToolCall
-    from ludus.integrations.common import Slot, registered
-
-    class _Schema:
-        """What verl's loop reads of a tool: its name and OpenAI schema (Ludus runs the call)."""
-
-        def __init__(self, spec: Any):
-            self.name = spec.name
-            self.tool_schema = OpenAIFunctionToolSchema.model_validate(spec.to_openai())
-
-    @register(AGENT_NAME)
-    class LudusAgentLoop(ToolAgentLoop):
-        """verl's tool agent loop playing a Ludus episode: the environment's prompt and tools, each
-        assistant turn's tool calls one ``step``, the final reply graded by the environment.
-
-        ``env_server`` plays the episodes on an env server (``ludus serve-env``) instead of here."""
-
-        def __init__(self, *args: Any, env_server: str | None = None, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.env_server = env_server
-            self.env: Env | None = None
-            self.score: Score | None = None
-            self.replies: dict[int, str] = {}
-            self.final: tuple[str, bool] = ("", False)  # the last reply's text, and whether it calls tools
-
-        async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-            reward_model = kwargs.get("reward_model") or {}
-            ref = task_ref(kwargs.get("data_source", ""), reward_model.get("ground_truth"), kwargs.get("extra_info"))
-            factory = _remote(self.env_server) if self.env_server else registered(ref.env, ref.env_args)
-            self.env = factory()
-            try:
-                task = Episodes().task(Slot(self.env), ref)
-                observation = await self.env.areset(task, seed=ref.seed)
-                self.tools = {spec.name: _Schema(spec) for spec in observation.tools}
-                self.tool_schemas = [
-                    t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in self.tools.values()
-                ]
-                kwargs["raw_prompt"] = chat(observation.messages)
-                output = await super().run(sampling_params, **kwargs)
-                score = self.score or await self._grade_final()
-            finally:
-                self.env.close()
-            output.extra_fields["ludus_score"] = score.to_json()
-            output.extra_fields["ludus_status"] = score.status
-            if score.is_infra_error:  # masked: no token of this sample enters the loss
-                output.response_mask = [0] * len(output.response_mask)
-                output.extra_fields["ludus_masked"] = True
-                output.reward_score = 0.0
-            else:
-                output.reward_score = score.value
-            return output
-
-        async def _handle_generating_state(
-            self, agent_data: AgentData, sampling_params: dict[str, Any], ignore_termination: bool = False
-        ) -> AgentState:
-            before = len(agent_data.messages)
-            state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
-            text = self.tokenizer.decode(agent_data.response_ids, skip_special_tokens=True)
-            if len(agent_data.messages) > before:  # verl parsed the reply
-                self.final = (text, bool(agent_data.tool_calls))
-            else:  # the loop ended on a limit before parsing it: see whether it calls tools
-                _, calls = await self.tool_parser.extract_tool_calls(
-                    agent_data.response_ids, [t.tool_schema for t in self.tools.values()]
-                )
-                self.final = (text, bool(calls))
-            return state
-
-        async def _handle_processing_tools_state(self, agent_data: AgentData) -> AgentState:
-            assert self.env is not None
-            calls = agent_data.tool_calls[: self.max_parallel_calls]
-            parsed = []
-            for i, call in enumerate(calls):
-                try:
-                    arguments = json.loads(call.arguments)
-                except (TypeError, ValueError):
-                    arguments = call.arguments  # the environment answers unreadable arguments with an error
-                parsed.append(ToolCall(call.name, arguments, id=call.tool_call_id or f"call_{i}"))
-            step = await self.env.astep(Message("assistant", "", tool_calls=parsed))
-            replies = [m.content for m in step.observation.messages if m.role == "tool"]
-            self.replies = {id(call): replies[i] if i < len(replies) else "" for i, call in enumerate(calls)}
-            if step.done:
-                self.score = step.score
-            state = await super()._handle_processing_tools_state(agent_data)
-            return AgentState.TERMINATED if self.score is not None else state
-
-        async def _call_tool(self, tool_call: Any, tools_kwargs: dict[str, Any], agent_data: AgentData) -> Any:
-            text = self.replies.get(id(tool_call), "")
-            limit = self.max_tool_response_length
-            if limit and len(text) > limit:
-                text = text[:limit] + "...(truncated)"
-            return ToolResponse(text=text), 0.0, {}
-
-        async def _grade_final(self) -> Score:
-            assert self.env is not None
-            text, calls_pending = self.final
-            if calls_pending:
-                return Score.zero(Status.TRUNCATED, "the episode ended on a tool call, without a final answer")
-            step = await self.env.astep(Message("assistant", text))
-            if not step.done or step.score is None:
-                return Score.zero(Status.TRUNCATED, "the environment expected more turns after the final reply")
-            return step.score
-
-    return LudusAgentLoop
