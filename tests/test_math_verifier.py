@@ -3,6 +3,7 @@
 import asyncio
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -350,6 +351,11 @@ def test_the_regression_corpus_has_no_false_positive_and_every_claimed_positive(
         ("the answer is 4... no wait, the answer is 3.", CORRECT),  # the last answer line counts
         (r"\fbox{3}", CORRECT),
         (r"\boxed{\boxed{3}}", CORRECT),
+        (r"\boxed{ \boxed{ \fbox{3} } }", CORRECT),
+        (r"\boxed{\boxed{3} + \frac{1}{2}}", Status.FORMAT_ERROR),  # not one whole box: never read as 3
+        (r"\boxed{\boxed{3} {4}}", Status.FORMAT_ERROR),
+        (r"\boxed{3} \boxed{", CORRECT),  # an unclosed box is skipped
+        (r"\boxed{\boxed{3}", CORRECT),  # and the boxes inside it still count
     ],
 )
 def test_final_answer_extraction(completion, status):
@@ -491,6 +497,37 @@ def test_a_memory_blowup_stays_in_the_worker():
 def test_a_crashing_worker_is_an_infrastructure_error():
     with GuardedPool("os:_exit", workers=1) as pool:
         assert pool.call(3, timeout_s=30).kind == "crash"
+
+
+HOSTILE_MB = {  # a megabyte each: the extraction used to rescan the reply from every opener (or space)
+    "unclosed boxes": ("\\boxed{" * 150_000, None),
+    "nested boxes": ("\\boxed{" * 75_000 + "3" + "}" * 75_000, None),
+    "unclosed answer tags": ("<answer>" * 125_000 + "3", None),
+    "a #### line of spaces": ("#### 3" + " " * 1_000_000 + "x\nAnswer: 3", None),
+    "an answer line of spaces": ("Answer: 3" + " " * 1_000_000 + "x", None),
+    "the answer is, again and again": ("the answer is " * 70_000 + "3", None),
+    "unclosed \\( and \\[": ("\\(" * 250_000 + "\\[" * 250_000 + "$3$", "last_math"),
+}
+
+
+def test_answer_extraction_is_linear_on_hostile_replies():
+    """Each reply is a megabyte: quadratic extraction takes minutes on it (64 KB of unclosed ``\\boxed{``
+    took 5 s), linear well under a second. The limit is generous; what matters is never ``timeout``."""
+    verifier = MathVerifier(workers=1, timeout_s=60)
+    for name, (reply, fallback) in HOSTILE_MB.items():
+        score = replace(verifier, fallback=fallback).score(reply, "3")
+        assert score.status not in (Status.TIMEOUT, Status.INFRA_ERROR), (name, score.reason)
+    assert verifier.score("\\boxed{3}", "3").status == CORRECT
+    nested_ok = replace(verifier, fallback="last_math").score("\\(" * 1000 + " so $3$ \\) and \\(3\\)", "3")
+    assert nested_ok.status == CORRECT
+
+
+def test_unit_words_are_read_in_linear_time():
+    """A unit after a long run of spaces, then more spaces: the unit pattern was cubic in them (a 1,000-character
+    answer took a second, 20,000 characters forever)."""
+    answer = "5 m" + " " * 10_000 + "squared" + " " * 10_000 + "x"
+    score = MathVerifier(workers=1, timeout_s=60, max_answer_chars=30_000).score(boxed(answer), "5")
+    assert score.status not in (Status.TIMEOUT, Status.INFRA_ERROR) and not score.correct, score.reason
 
 
 def test_a_slow_proof_times_out_as_a_zero_and_the_verifier_recovers():

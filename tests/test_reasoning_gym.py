@@ -4,6 +4,7 @@ dataset, difficulty levels, the full-marks-only rule, and the audit table in the
 from __future__ import annotations
 
 import decimal
+import json
 import pickle
 import re
 import subprocess
@@ -198,3 +199,34 @@ def test_every_offered_dataset_resists_the_red_team(dataset):
 
     report = redteam_env_by_name(f"rg:{dataset}", tasks=3)
     assert report.ok, format_redteam(report)
+
+
+def _padded(gold: str) -> list[str]:
+    """The gold with a junk item around it: a list item, a word, a line, a prefix, a second number glued on
+    with a comma, an extra JSON entry."""
+    padded = [f"{gold}{sep}xyz" for sep in (", ", ",", " ", "\n")]
+    padded += [f"xyz{sep}{gold}" for sep in (", ", ",", " ", "\n", ":")] + [f"0,{gold}"]
+    try:
+        value = json.loads(gold)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        padded.append(json.dumps({**value, "xyz": 0}))
+    return padded
+
+
+@pytest.mark.parametrize("dataset", OFFERED)
+def test_no_dataset_pays_the_gold_padded_with_junk(dataset):
+    """Positional or substring credit, letters picked out of the reply, dict keys ignored: a scorer that
+    pays the gold with something around it is replaced (docs/reasoning_gym.md, the audit)."""
+    env = registry.make(f"rg:{dataset}")
+    source = env.task_source("train")
+    for index in range(2):
+        task = source.get(index)
+        reference = env.reference(task)
+        if reference is None:
+            continue
+        gold = reference.removeprefix("<answer>").removesuffix("</answer>")
+        for padded in _padded(gold):
+            score = env.score(task, f"<answer>{padded}</answer>")
+            assert score.value == 0.0, (padded[:200], score.reason)

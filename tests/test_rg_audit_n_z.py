@@ -4,6 +4,7 @@ fixes is real (rg's own scorer misgrades the same answer, or runs code from it).
 from __future__ import annotations
 
 import itertools
+import json
 import string
 import time
 from typing import Any
@@ -440,3 +441,70 @@ def test_sokoban_and_spell_backward_refuse_padded_answers() -> None:
         assert all(ours(name, e["answer"], e) == 1.0 for e in ds), name
     e = reasoning_gym.create_dataset("sokoban", size=1, seed=0)[0]
     assert ours("sokoban", " ".join(e["answer"]), e) == 1.0  # moves spaced out are still moves
+
+
+# ---------------------------------------------------------------------------------------------
+# padded answers: rg pays the gold with extra items, repeats or words around it
+
+
+def test_word_sorting_refuses_extra_words_after_the_list() -> None:
+    """rg's positional credit sums to 1 when the sorted words are a prefix of the reply."""
+    ds = dataset("word_sorting")
+    entry = ds[0]
+    padded = entry["answer"] + ", zebra, apple, mango"
+    assert ds.score_answer(padded, entry) >= 1.0
+    assert ours("word_sorting", padded, entry) == 0.0
+    words = entry["metadata"]["sorted_words"]
+    assert ours("word_sorting", ",".join(words), entry) == 1.0
+    assert ours("word_sorting", ", ".join(words[:-1]), entry) == 0.0
+    assert ours("word_sorting", ", ".join(words[::-1]), entry) == 0.0
+
+
+def test_quantum_lock_refuses_words_around_the_buttons() -> None:
+    """rg keeps only the letters A-C of the reply: any words without them pass."""
+    ds = dataset("quantum_lock")
+    entry = ds[0]
+    for padded in (entry["answer"] + ", I'm sure it's right", "Press: " + entry["answer"]):
+        assert ds.score_answer(padded, entry) == 1.0
+        assert ours("quantum_lock", padded, entry) == 0.0
+    presses = entry["answer"].split(" → ")
+    assert ours("quantum_lock", " -> ".join(presses).lower(), entry) == 1.0
+    assert ours("quantum_lock", "".join(presses), entry) == 1.0
+    assert ours("quantum_lock", " → ".join(presses + presses[-1:]), entry) == 0.0  # not the shortest
+
+
+def test_tower_of_hanoi_refuses_text_glued_to_a_move() -> None:
+    """rg finds a move anywhere in a line and checks only that the line has nine words."""
+    ds = dataset("tower_of_hanoi")
+    entry = ds[0]
+    padded = "Moves:" + entry["answer"]
+    assert ds.score_answer(padded, entry) == 1.0
+    assert ours("tower_of_hanoi", padded, entry) == 0.0
+    lines = entry["answer"].splitlines()
+    assert ours("tower_of_hanoi", "\n\n".join(line.lower() for line in lines), entry) == 1.0
+    assert ours("tower_of_hanoi", "\n".join(lines[:-1]), entry) == 0.0
+    assert ours("tower_of_hanoi", "\n".join(lines[1:]), entry) == 0.0  # the first move skipped: illegal
+    start, end = lines[0].split()[5], lines[0].split()[8]
+    detour = [lines[0], f"Move disk 1 from Peg {end} to Peg {start}", *lines]  # legal, but longer than rg's
+    assert ours("tower_of_hanoi", "\n".join(detour), entry) == 0.0
+
+
+def test_palindrome_partitioning_refuses_a_repeated_partition() -> None:
+    ds = dataset("palindrome_partitioning")
+    entry = ds[0]
+    partitions = json.loads(entry["answer"])
+    repeated = json.dumps([*partitions, partitions[-1]])
+    assert ds.score_answer(repeated, entry) == 1.0
+    assert ours("palindrome_partitioning", repeated, entry) == 0.0
+    assert ours("palindrome_partitioning", json.dumps(partitions[::-1]), entry) == 1.0
+    assert ours("palindrome_partitioning", json.dumps(partitions[:-1]), entry) == 0.0
+
+
+def test_products_refuses_a_second_number_glued_on_with_a_comma() -> None:
+    ds = dataset("products")
+    entry = next(e for e in ds if int(e["answer"]) >= 1000)
+    glued = "0," + entry["answer"]  # rg deletes every comma
+    assert ds.score_answer(glued, entry) == 1.0
+    assert ours("products", glued, entry) == 0.0
+    assert ours("products", f"{int(entry['answer']):,}", entry) == 1.0
+    assert ours("products", entry["answer"] + "1", entry) == 0.0

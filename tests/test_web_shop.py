@@ -409,6 +409,21 @@ def test_lookup_answers_compare_as_decimals_and_names() -> None:
     assert not grade(named, episode(named), f"{named.answer}, {named.answer}").correct
 
 
+def test_a_single_final_full_stop_is_ignored_after_a_number_too() -> None:
+    """docs/web.md: a final full stop is ignored, so "79.5." is 79.5 and "7." is 7; a second dot is not."""
+    price = next(t for t in map(lambda i: task_of("product_price", i), range(50)) if "." in t.answer)
+    count = task_of("customer_order_count")
+    for task, value in ((price, price.answer), (count, count.answer)):
+        app = episode(task)
+        assert grade(task, app, f"{value}.").correct, value
+        assert grade(task, app, f"The answer is {value}.").status == Status.FORMAT_ERROR
+        assert grade(task, app, f"{value}..").status == Status.FORMAT_ERROR
+        assert not grade(task, app, f"{value}.3").correct and not grade(task, app, f"{value}. 3").correct
+    assert grade(price, episode(price), f"{price.answer}.3").status == Status.FORMAT_ERROR  # 79.5.3
+    code = episode(price).setting("currency")
+    assert grade(price, episode(price), f"{CURRENCIES[code][0]}{price.answer}.").correct
+
+
 def test_a_lookup_that_changed_data_is_wrong() -> None:
     task = task_of("product_stock")
     app = episode(task)

@@ -108,9 +108,12 @@ def _units() -> dict[str, tuple[str, sympy.Rational]]:
 
 
 UNITS = _units()
+# Searched for, so it starts only where a run of spacing does (not again from each space of the run), and
+# no two ``\s*`` meet across an optional character: each would be a quadratic scan of a run of spaces.
 _UNIT_TAIL = re.compile(
-    r"(?:\\[,;:! ]|~|\s)*(?:\\(?:text|textnormal|textrm|mathrm|mbox|textbf|textit)\s*\{(?P<wrapped>[^{}]*)\}"
-    r"|(?P<bare>(?<![A-Za-z\\])[A-Za-z]+(?:/[A-Za-z]+)?))(?:\s*\^\s*\{?\s*(?P<power>[23])\s*\}?)?\s*\.?\s*$"
+    r"(?<![\s~])(?<!\\[,;:! ])(?:\\[,;:! ]|~|\s)*"
+    r"(?:\\(?:text|textnormal|textrm|mathrm|mbox|textbf|textit)\s*\{(?P<wrapped>[^{}]*)\}"
+    r"|(?P<bare>(?<![A-Za-z\\])[A-Za-z]+(?:/[A-Za-z]+)?))(?:\s*\^\s*(?:\{\s*)?(?P<power>[23])(?:\s*\})?)?\s*(?:\.\s*)?$"
 )
 
 
@@ -137,7 +140,7 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
     name = (m.group("wrapped") if m.group("wrapped") is not None else m.group("bare")) or ""
     name = re.sub(r"\\[,;:! ]|~", " ", name).strip()
     power = int(m.group("power") or 1)
-    inner_power = re.fullmatch(r"(.+?)\s*\^\s*\{?([23])\}?", name)
+    inner_power = re.fullmatch(r"(.*\S)\s*\^\s*\{?([23])\}?", name)
     if inner_power:
         name, power = inner_power.group(1).strip(), int(inner_power.group(2))
     words = name.split()
@@ -332,7 +335,7 @@ _DROP = re.compile(
     r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg|displaystyle|textstyle|limits)(?![a-zA-Z])"
     r"|(?<!\\)\\[,;:! ]|\\q?quad(?![a-zA-Z])|~|\\(?:mathbf|mathit|boldsymbol|rm|bf)\s*(?=\{)"
 )
-_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])")
+_DEGREES = re.compile(r"\^\s*(?:\{\s*)?\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])")  # one \s* per gap: linear
 _PERCENT = re.compile(r"\\?%")
 _TRAILING_BACKSLASH = re.compile(r"\\+\s*$")
 _DOLLAR = re.compile(r"\\\$|\$")
@@ -343,10 +346,10 @@ _THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:(?:,\\!|,|\{,\}|\\,| )\d{
 _DECIMAL_COMMA = re.compile(r"^([+-]?\s*)0(?:,|\{,\})(\d+)$")
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|operatorname)\s*\{([^{}]*)\}")
 _TRAILING_TEXT = re.compile(
-    r"(?<=\S)\s*\\(?:text|mbox|textrm|textnormal|textbf|textit|mathrm)\s*\{\s*~?\s*[A-Za-z][A-Za-z ./]*\}"
+    r"(?<=\S)\s*\\(?:text|mbox|textrm|textnormal|textbf|textit|mathrm)\s*\{\s*(?:~\s*)?[A-Za-z][A-Za-z ./]*\}"
     r"(?:\^\{?[23]\}?)?\s*$"
 )
-_REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?(?![a-zA-Z])|\u211d")  # \mathbb{R}, ℝ: every real number
+_REALS = re.compile(r"\\mathbb\s*(?:\{\s*)?R\s*\}?(?![a-zA-Z])|\u211d")  # \mathbb{R}, ℝ: every real number
 _EMPTY_SET = re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{(?:\s|\\[,;:! ]|~)*\\\}|\\O(?![a-zA-Z])")
 _OVERLINE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,100})\}|(\d))")
 _PAREN_REPEAT = re.compile(r"(?<![\d.])(\d+)\.(\d*)\((\d{1,100})\)")
@@ -355,8 +358,10 @@ _MIXED_LATEX = re.compile(
     r"(?<![\d.^_])(\d+)\s*\\frac\s*(?:\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)(\d))(?![\d^])"
 )  # 2\frac{1}{2} and its shorthand 2\frac12 alike
 _MIXED_PLAIN = re.compile(r"(?<![\d.^_/])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.^])")
+# the number starts where its run of digits and dots does (leading dots kept as they are): tried from
+# every digit of a long run, the run would be rescanned from each, quadratic
 _SCALE_WORDS = re.compile(
-    r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*)?(hundred|thousand|million|billion|trillion|dozen)s?"
+    r"(?<![\d.])([\d.]*\d)\s*(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*)?(hundred|thousand|million|billion|trillion|dozen)s?"
     r"(?![A-Za-z])\s*\}?",
     re.I,
 )
@@ -365,7 +370,7 @@ _SCALES["dozen"] = "12"
 _OPERATOR = re.compile(r"\\(?:operatorname\*?|mathrm|text|textrm)\s*\{\s*([a-zA-Z]+)\s*\}")
 _NAMED_FUNCTIONS = set("sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh ln log exp gcd lcm".split())
 _NUMBER_IN_TEXT = re.compile(
-    r"^\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)\s*\{\s*([-+]?\s*[\d.,]+[^{}]*)\}$"
+    r"^\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)\s*\{\s*((?:[-+]\s*)?[\d.,]++[^{}]*)\}$"
 )
 _TRAILING_WORDS = re.compile(r"(?<=[\d)}])\s+([A-Za-z]{2,}(?:\s+[A-Za-z]+)*)(?:\^\{?[23]\}?)?\s*$")
 _MATH_WORDS = {"pi", "inf", "infty", "infinity", "sqrt", "or", "and", "either", "i"}
@@ -386,7 +391,7 @@ _VALUE_WORDS = re.compile(
 
 def _drops_as_unit(words: str) -> bool:
     words = re.sub(
-        r"(?<=[A-Za-z])\s+(?:squared|cubed)\s*\}?\s*$", "", words.strip()
+        r"(?<=[A-Za-z])\s+(?:squared|cubed)\s*(?:\}\s*)?$", "", words.strip()
     )  # units squared: a power of the unit
     return not _VALUE_WORDS.search(words) and not any(w.lower() in _MATH_WORDS for w in words.split())
 

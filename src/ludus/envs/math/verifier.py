@@ -505,10 +505,11 @@ def judge(
         doubt = _doubted(completion, answers[-1], lists) if answers else None
         if doubt:
             return Score.zero(Status.AMBIGUOUS, f"the fallback answer is {doubt}", extracted=answers[-1])
-    if len(answers) > 1 and where == "\\boxed{}" and len(_gold_boxes(gold)) > 1:
-        answers, where = [", ".join(_distinct(answers))], "several \\boxed{} (the gold lists several)"
     if not answers:
         return Score.zero(Status.NO_ANSWER, where)
+    under_cap = all(len(text) <= max_answer_chars for text in answers)  # none is normalised before the cap
+    if under_cap and len(answers) > 1 and where == "\\boxed{}" and len(_gold_boxes(gold)) > 1:
+        answers, where = [", ".join(_distinct(answers))], "several \\boxed{} (the gold lists several)"
     for text in answers:
         if len(text) > max_answer_chars:
             return Score.zero(

@@ -13,7 +13,16 @@ from typing import Any
 
 from ludus.core.types import Score, Status
 from ludus.envs.procedural import ExpressionError, expression_value, numbers_in, parse_expression, parse_int
-from ludus.envs.reasoning_gym.grading import MINUS, correct, decimal_number, early, format_error, wrong
+from ludus.envs.reasoning_gym.grading import (
+    MINUS,
+    correct,
+    decimal_number,
+    early,
+    format_error,
+    rg_pays,
+    score_exact_number,
+    wrong,
+)
 from ludus.envs.reasoning_gym.verdicts import Verdict
 
 _NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"  # a plain decimal: no exponent, so its size is bounded by its length
@@ -259,8 +268,8 @@ def score_coin_flip(answer: str, entry: dict[str, Any]) -> Score:
         return refusal
     rational = entry["metadata"]["rational"]
     gold = Fraction(rational["numerator"], rational["denominator"])
-    text = answer.strip().replace(" ", "")
-    if m := re.fullmatch(r"(\d{1,60})/(\d{1,60})", text):
+    text = answer.strip()
+    if m := re.fullmatch(r"(\d{1,60})\s*/\s*(\d{1,60})", text):
         if int(m.group(2)) != 0 and Fraction(int(m.group(1)), int(m.group(2))) == gold:
             return correct("the probability is exact", answer)
         return wrong(f"expected {gold}, got {text}", answer)
@@ -299,7 +308,7 @@ def score_complex_arithmetic(answer: str, entry: dict[str, Any]) -> Score:
     """``a + bi`` (or ``a``, ``bi``, ``i``; ``j`` allowed) with exactly the gold's real and imaginary parts."""
     if (refusal := early(answer)) is not None:
         return refusal
-    text = answer.translate(MINUS).replace(" ", "").lower()
+    text = re.sub(r"\s*([-+*()ij])\s*", r"\1", answer.translate(MINUS).strip().lower())  # "0 5 - 3i": two numbers
     while len(text) > 1 and text[0] == "(" and text[-1] == ")":
         text = text[1:-1]
     parsed = _parse_complex(text) if len(text) <= 200 else None
@@ -604,7 +613,70 @@ def score_knight_swap(answer: str, entry: dict[str, Any]) -> Score:
 
 
 # ---------------------------------------------------------------------------------------------
-# graph_color: rg's checker is right; the entry has no answer, so we build one.
+# cryptarithm, graph_color and kakurasu: rg pays the answer with repeats, extra entries or words around it
+
+
+_LETTER_DIGIT = re.compile(r"\s*([A-Z])\s*=\s*(\d)\s*")
+
+
+def score_cryptarithm(answer: str, entry: dict[str, Any]) -> Score:
+    """``A=1,B=2``: each letter once, then rg's rules (exactly the puzzle's letters, distinct digits, no
+    leading zero, a true sum)."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    pairs = [_LETTER_DIGIT.fullmatch(p) for p in answer.strip().split(",")]
+    if not all(pairs):
+        return format_error("not a mapping like 'A=1,B=2'", answer)
+    letters = [m.group(1) for m in pairs if m is not None]
+    if len(set(letters)) != len(letters):
+        return format_error("a letter is given a digit more than once", answer)
+    if rg_pays("cryptarithm", ",".join(f"{m.group(1)}={m.group(2)}" for m in pairs if m is not None), entry):
+        return correct("the mapping makes the sum true", answer)
+    return wrong("the mapping does not solve the puzzle", answer)
+
+
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object hook: a repeated key is an error, where json.loads would keep its last value."""
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("a key is repeated")
+    return dict(pairs)
+
+
+def score_graph_color(answer: str, entry: dict[str, Any]) -> Score:
+    """A JSON object whose keys are exactly the vertices, each once, with integer colours from the allowed
+    ones and no edge between two vertices of one colour."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    puzzle = entry["metadata"]["puzzle"]
+    try:
+        coloring = json.loads(answer, object_pairs_hook=_object_without_repeats)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is a repeated key
+        return format_error("not a JSON object with each vertex once", answer)
+    if not isinstance(coloring, dict) or set(coloring) != {str(v) for v in puzzle["vertices"]}:
+        return format_error("the keys must be exactly the vertices", answer)
+    allowed = set(puzzle["color_options"])
+    if any(type(c) is not int or c not in allowed for c in coloring.values()):
+        return wrong(f"a colour is not one of {sorted(allowed)}", answer)
+    for u, v in puzzle["edges"]:
+        if coloring[str(u)] == coloring[str(v)]:
+            return wrong(f"vertices {u} and {v} are joined and share a colour", answer)
+    return correct("no edge joins two vertices of one colour", answer)
+
+
+def score_kakurasu(answer: str, entry: dict[str, Any]) -> Score:
+    """Rows of 0s and 1s (spaces between; or a JSON array of arrays), then rg's row and column sums."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    grid = _int_grid(answer)
+    if grid is None or any(c not in (0, 1) for row in grid for c in row):
+        return format_error("not a grid of 0s and 1s, one row per line", answer)
+    if rg_pays("kakurasu", "\n".join(" ".join(map(str, row)) for row in grid), entry):
+        return correct("every row and column sum is met", answer)
+    return wrong("a row or column sum is not met", answer)
+
+
+# ---------------------------------------------------------------------------------------------
+# graph_color: the entry has no answer, so we build one.
 
 
 def reference_graph_color(entry: dict[str, Any]) -> str | None:
@@ -651,9 +723,10 @@ AUDIT: dict[str, Verdict] = {
         "1 for any error) or the exact Yes/No.",
     ),
     "chain_sum": Verdict(
-        "works",
-        "rg pays full marks only when Decimal(answer) equals the integer gold (commas stripped); its "
-        "substring credit is below 1 for any longer answer.",
+        "replaced",
+        "rg deletes every comma before reading the number, so '0,13168' (two numbers) earns full marks for "
+        "13168; we read one number (commas only between groups of three digits) and compare it exactly.",
+        score_exact_number,
     ),
     "circuit_logic": Verdict("works", "rg pays full marks only for the exact 0/1 string."),
     "codeio": Verdict(
@@ -686,9 +759,11 @@ AUDIT: dict[str, Verdict] = {
         score_countdown_all,
     ),
     "cryptarithm": Verdict(
-        "works",
-        "rg parses 'A=1,B=2' and pays any mapping that covers exactly the puzzle's letters with distinct "
-        "digits, no leading zero and a true sum.",
+        "replaced",
+        "rg reads 'A=1,B=2' into a dict, so a letter given twice keeps its last digit and the mapping with "
+        "repeats or a first wrong guess ('Y=3,B=4,…,Y=7') earns full marks; we require each letter once, then "
+        "rg's rules (exactly the puzzle's letters, distinct digits, no leading zero, a true sum).",
+        score_cryptarithm,
     ),
     "decimal_arithmetic": Verdict(
         "replaced",
@@ -736,10 +811,12 @@ AUDIT: dict[str, Verdict] = {
         score_game_of_life_halting,
     ),
     "graph_color": Verdict(
-        "works",
-        "rg checks the JSON colouring covers every vertex with allowed colours and no edge is monochrome; "
-        "the reference is the generator's possible_answer.",
-        reference=reference_graph_color,
+        "replaced",
+        "rg ignores keys that are not vertices, keeps the last of a repeated key and takes true for colour 1, "
+        "so a colouring with extra entries earns full marks; we require a JSON object with each vertex once and "
+        "nothing else, integer colours from the allowed ones and no edge within one colour.",
+        score_graph_color,
+        reference_graph_color,
     ),
     "group_anagrams": Verdict("works", "rg pays only the same groups as the solution, order-insensitively."),
     "gsm_symbolic": Verdict(
@@ -760,7 +837,13 @@ AUDIT: dict[str, Verdict] = {
         "works",
         "rg simulates the JSON move list from empty jugs and pays any sequence that ends with a jug at the target.",
     ),
-    "kakurasu": Verdict("works", "rg checks a 0/1 grid of the right shape against every row and column sum."),
+    "kakurasu": Verdict(
+        "replaced",
+        "rg keeps only the characters 0 and 1 of each line, so the grid with words around it ('So: 0 1 0 …', "
+        "a final '?') earns full marks; we require rows of 0s and 1s (or a JSON array), then rg's row and "
+        "column sums.",
+        score_kakurasu,
+    ),
     "knight_swap": Verdict(
         "replaced",
         "rg pays a valid swap only if it is no longer than its own solution although the question just asks "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import json
 import re
 from collections import Counter, deque
 from decimal import Decimal
@@ -11,7 +11,17 @@ from typing import Any
 
 from ludus.core.types import Score, Status
 from ludus.envs.procedural import score_countdown
-from ludus.envs.reasoning_gym.grading import MAX_CHARS, MINUS, correct, decimal_number, early, format_error, wrong
+from ludus.envs.reasoning_gym.grading import (
+    MAX_CHARS,
+    MINUS,
+    correct,
+    decimal_number,
+    early,
+    format_error,
+    rg_pays,
+    score_exact_number,
+    wrong,
+)
 from ludus.envs.reasoning_gym.verdicts import Verdict
 
 # ---------------------------------------------------------------------------------------------
@@ -771,20 +781,13 @@ def score_tsumego(answer: str, entry: dict[str, Any]) -> Score:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# sokoban and spell_backward: rg pays padded answers
+# padded answers: rg pays the gold followed, preceded or interleaved by other text. Ours read the
+# reply strictly (only moves, only the list's items, each once) and leave the puzzle's rules to rg
+# or replay them exactly.
 
 _SOKOBAN_MOVES = re.compile(r"[UDLR](?:[\s,]*[UDLR])*")
-
-
-@functools.cache
-def _sokoban() -> Any:
-    """rg's sokoban dataset, for its simulator (built once; it makes no puzzle until asked)."""
-    from reasoning_gym import create_dataset  # noqa: PLC0415
-
-    return create_dataset("sokoban", size=1, seed=0)
+_LOCK_SEPARATORS = re.compile(r"→|->|,|\s")
+_HANOI_MOVE = re.compile(r"Move\s+disk\s+(\d{1,3})\s+from\s+Peg\s+(\d{1,3})\s+to\s+Peg\s+(\d{1,3})", re.I)
 
 
 def score_sokoban(answer: str, entry: dict[str, Any]) -> Score:
@@ -793,7 +796,7 @@ def score_sokoban(answer: str, entry: dict[str, Any]) -> Score:
     moves = answer.strip()
     if not _SOKOBAN_MOVES.fullmatch(moves):
         return format_error("not a sequence of moves U, D, L, R", answer)
-    if _sokoban().score_answer(re.sub(r"[\s,]", "", moves), entry) == 1.0:
+    if rg_pays("sokoban", re.sub(r"[\s,]", "", moves), entry):
         return correct("every box is on a goal", answer)
     return wrong("the moves leave a box off its goal", answer)
 
@@ -804,6 +807,78 @@ def score_spell_backward(answer: str, entry: dict[str, Any]) -> Score:
     if answer.strip().lower() == str(entry["answer"]).strip().lower():
         return correct("the word is reversed", answer)
     return wrong(f"expected {entry['answer']!r}", answer)
+
+
+def score_quantum_lock(answer: str, entry: dict[str, Any]) -> Score:
+    """Only the buttons A, B, C (separated by '→', '->', commas or spaces), replayed by rg: the stored
+    sequence or another of the same, shortest, length that reaches the target."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    presses = _LOCK_SEPARATORS.sub("", answer).upper()
+    if not re.fullmatch(r"[ABC]+", presses):
+        return format_error("not a sequence of buttons A, B, C separated by '→'", answer)
+    if rg_pays("quantum_lock", " → ".join(presses), entry):
+        return correct("the shortest sequence reaches the target", answer)
+    return wrong(f"the sequence misses the target or is not the shortest ({entry['answer']})", answer)
+
+
+def score_tower_of_hanoi(answer: str, entry: dict[str, Any]) -> Score:
+    """Only lines 'Move disk X from Peg Y to Peg Z', each a legal move, leaving every disk on the target
+    peg in no more moves than rg's solution (rg's rule)."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    meta = entry["metadata"]
+    disks = list(range(int(meta["num_disks"]), 0, -1))
+    pegs: dict[int, list[int]] = {peg: [] for peg in range(1, int(meta["num_pegs"]) + 1)}
+    pegs[meta["start_peg"]] = disks[:]
+    lines = [line.strip() for line in answer.splitlines() if line.strip()]
+    for n, line in enumerate(lines, 1):
+        m = _HANOI_MOVE.fullmatch(line)
+        if m is None:
+            return format_error(f"line {n} {line[:50]!r} is not 'Move disk X from Peg Y to Peg Z'", answer)
+        disk, source, target = (int(g) for g in m.groups())
+        here, there = pegs.get(source), pegs.get(target)
+        if here is None or there is None or source == target or here[-1:] != [disk] or (there and there[-1] < disk):
+            return wrong(f"move {n} ({line}) is not a legal move", answer)
+        there.append(here.pop())
+    if pegs[meta["target_peg"]] != disks:
+        return wrong(f"the disks do not all end on peg {meta['target_peg']}", answer)
+    if len(lines) > int(meta["solution_length"]):
+        return wrong(f"{len(lines)} moves; rg's solution takes {meta['solution_length']}", answer)
+    return correct(f"the {len(lines)} moves solve the puzzle", answer)
+
+
+def score_palindrome_partitioning(answer: str, entry: dict[str, Any]) -> Score:
+    """A JSON list of partitions (lists of strings), in any order, each of them once: exactly the set of
+    all palindrome partitions."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    try:
+        parts = json.loads(answer)
+    except (json.JSONDecodeError, RecursionError):
+        return format_error("the answer is not JSON", answer)
+    if not isinstance(parts, list) or not all(
+        isinstance(p, list) and all(isinstance(s, str) for s in p) for p in parts
+    ):
+        return format_error("the answer must be a JSON list of lists of strings", answer)
+    mine = [tuple(p) for p in parts]
+    if len(set(mine)) != len(mine):
+        return wrong("a partition is listed more than once", answer)
+    if set(mine) == {tuple(p) for p in entry["metadata"]["solution"]}:
+        return correct("every palindrome partition, once each", answer)
+    return wrong("the partitions differ from the full list", answer)
+
+
+def score_word_sorting(answer: str, entry: dict[str, Any]) -> Score:
+    """The comma-separated words, exactly the sorted list: no extra or missing word."""
+    if (refusal := early(answer)) is not None:
+        return refusal
+    words, gold = [w.strip() for w in answer.strip().split(",")], entry["metadata"]["sorted_words"]
+    if words == gold:
+        return correct("the words are sorted", answer)
+    if words[: len(gold)] == gold:
+        return wrong(f"{len(words) - len(gold)} extra item(s) after the sorted words", answer)
+    return wrong(f"expected {entry['answer']}", answer)
 
 
 def _works(reason: str) -> Verdict:
@@ -836,9 +911,11 @@ AUDIT: dict[str, Verdict] = {
         "rg checks the reply is a palindrome using exactly the given letters, which accepts every valid answer "
         "and nothing else."
     ),
-    "palindrome_partitioning": _works(
-        "rg json.loads the reply and compares the set of partitions with the full list, "
-        "so any order is accepted and a missing or wrong partition fails."
+    "palindrome_partitioning": Verdict(
+        "replaced",
+        "rg compares the set of the reply's partitions with the full list, so the list with a partition repeated "
+        "earns full marks; we require a JSON list of lists of strings holding every partition once, in any order.",
+        score_palindrome_partitioning,
     ),
     "path_star": _works("rg compares the whitespace-normalised path exactly, and the path in a star graph is unique."),
     "polynomial_equations": Verdict(
@@ -869,9 +946,11 @@ AUDIT: dict[str, Verdict] = {
         "we return a format error instead and otherwise compare the multiset of factors as rg does.",
         score_prime_factorization,
     ),
-    "products": _works(
-        "rg pays full marks only when Decimal(reply) equals the product exactly (commas, sign and trailing zeros "
-        "tolerated); its substring credit is always below 1."
+    "products": Verdict(
+        "replaced",
+        "rg deletes every comma before reading the number, so '0,49665000' (two numbers) earns full marks for "
+        "49665000; we read one number (commas only between groups of three digits) and compare it exactly.",
+        score_exact_number,
     ),
     "propositional_logic": Verdict(
         "replaced",
@@ -888,9 +967,12 @@ AUDIT: dict[str, Verdict] = {
         "the four given numbers, each once, to make exactly 24.",
         score_puzzle24,
     ),
-    "quantum_lock": _works(
-        "rg replays the button letters and accepts the stored sequence or any other sequence of the same "
-        "(shortest) length that reaches the target, which is exactly the set of right answers."
+    "quantum_lock": Verdict(
+        "replaced",
+        "rg keeps only the letters A-C of the reply, so the sequence followed by words without them "
+        "('B → C → C, I'm sure it's right') earns full marks; we accept only buttons and separators (→, ->, "
+        "commas, spaces) and replay them with rg's scorer, which pays the shortest sequences that reach the target.",
+        score_quantum_lock,
     ),
     "rearc": _works("rg parses the grid with a fixed alphabet and compares it exactly with the output grid."),
     "rectangle_count": _works("rg compares int(reply) with the count exactly; its partial credit is below 1."),
@@ -964,8 +1046,13 @@ AUDIT: dict[str, Verdict] = {
         "and it reads '00:00:01.5' as 1.005 s; we parse the whole duration in the asked format.",
         score_time_intervals,
     ),
-    "tower_of_hanoi": _works(
-        "rg replays every move under the rules and pays full marks only for a solution no longer than the optimal one."
+    "tower_of_hanoi": Verdict(
+        "replaced",
+        "rg finds a move anywhere in a line and checks only that the line has nine words, so text glued to the "
+        "first word ('Moves:Move disk 1 from Peg 1 to Peg 3') earns full marks; we require every line to be "
+        "exactly 'Move disk X from Peg Y to Peg Z', replay the moves under the rules and keep rg's limit of no "
+        "more moves than its own solution.",
+        score_tower_of_hanoi,
     ),
     "tsumego": Verdict(
         "replaced",
@@ -976,6 +1063,12 @@ AUDIT: dict[str, Verdict] = {
     "word_ladder": _works(
         "rg checks the ends, one-letter steps and that every word is in its dictionary (unknown words halve the score)."
     ),
-    "word_sorting": _works("rg compares the comma-separated list with the sorted words exactly."),
+    "word_sorting": Verdict(
+        "replaced",
+        "rg's positional credit (a share for each word in its place) sums to 1 when the sorted words are "
+        "followed by more ('…, zebra, apple'), so extra items earn full marks; we require exactly the sorted "
+        "words, comma-separated.",
+        score_word_sorting,
+    ),
     "zebra_puzzles": _works("rg compares the answer with the unique solution case-insensitively."),
 }

@@ -25,10 +25,10 @@ _NUMBER = re.compile(
 
 
 def _plain(text: str) -> str:
-    """An answer without surrounding quotes, a final full stop and extra spaces."""
+    """An answer without surrounding quotes, one final full stop (a sentence's, after a number too: ``79.5.``)
+    and extra spaces; a second full stop stays, so ``79.5..`` and ``79.5.3`` are not numbers."""
     text = " ".join(text.split())
-    if text.endswith(".") and not re.search(r"\d\.$", text):
-        text = text[:-1].rstrip()
+    text = text.removesuffix(".").rstrip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
         text = text[1:-1].strip()
     return text
