@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from ludus.cli import build_parser
-from ludus.core.registry import make
+from ludus.core.registry import env_class, make
 from ludus.core.types import Task
 from ludus.envs import ArithmeticEnv
 from ludus.envs.sql import tasks as sql_tasks
@@ -91,15 +91,11 @@ def test_sql_takes_no_task_from_a_client_and_writes_nothing(tmp_path, monkeypatc
 
 
 def test_every_family_takes_its_own_tasks_and_nothing_that_reaches_the_disk():
-    for name in ("arithmetic", "sorting", "countdown", "linear-equation", "math", "code", "instruct", "repo"):
+    for name in ("arithmetic", "sorting", "countdown", "linear-equation", "math", "instruct"):
         env = make(name)
         own = env.task_source("train").get(0)
         assert env.client_task(own.to_dict()) == own, name  # a client may send what the family makes
         env.close()
-    repo = make("repo")
-    own = repo.task_source("train").get(0).to_dict()
-    with pytest.raises(ValueError, match="repo_path"):
-        repo.client_task({**own, "answer": {**own["answer"], "repo_path": str(Path.home())}})
     instruct = make("instruct")
     own = instruct.task_source("train").get(0).to_dict()
     many = {**own["answer"], "constraints": own["answer"]["constraints"] * 9}
@@ -107,9 +103,11 @@ def test_every_family_takes_its_own_tasks_and_nothing_that_reaches_the_disk():
         instruct.client_task({**own, "answer": many})
     with pytest.raises(ValueError, match="'kind' is one of"):
         instruct.client_task({**own, "answer": {**own["answer"], "constraints": [{"kind": "regex"}]}})
-    for name in ("sql", "web"):
+    # their tasks name files, or carry the grader's own code, or cost the server without bound
+    for name in ("sql", "web", "code", "code-tools", "repo", "bfcl", "bfcl-multi-turn", "miniwob"):
+        declining = object.__new__(env_class(name))  # what it declares, without its data or browser
         with pytest.raises(ValueError, match="takes no tasks from clients"):
-            make(name).client_task({"id": "t", "prompt": "p"})
+            declining.client_task({"id": "t", "prompt": "p"})
 
 
 # ---- the sql family's database cache ---------------------------------------------------------------------
@@ -254,3 +252,23 @@ def test_task_indices_that_are_no_integers_are_clean_refusals():
         reply = asyncio.run(over_websocket())
         assert reply["ok"] is False and reply["status"] == 400
         assert not app.sessions
+
+
+# ---- the seed in public task ids ---------------------------------------------------------------------
+SECRET_SEED = 81730355216  # docs/serving.md's example of a secret seed
+
+
+@pytest.mark.parametrize("name", ["arithmetic", "countdown", "sorting", "linear-equation", "instruct", "math"])
+def test_public_task_ids_do_not_carry_the_secret_seed(name):
+    """A red team read the seed back from ids like ``arithmetic/train/81730355216/0``, rebuilt the
+    environment locally and answered every task. Ids name the seed by a digest only."""
+    app = EnvServer(lambda: make(name, seed=SECRET_SEED), env_args={"seed": SECRET_SEED})
+    with serving(app, path="") as url, httpx.Client(timeout=60) as client:
+        assert client.get(f"{url}/info").json()["env_args"] == {"seed": REDACTED}
+        looked_up = client.get(f"{url}/tasks/train/0").json()["task"]
+        reset = client.post(f"{url}/reset", json={"session_id": "probe", "index": 0}).json()
+        public_text = json.dumps([looked_up, reset["task"], client.get(f"{url}/info").json()])
+    assert str(SECRET_SEED) not in public_text
+    local = make(name, seed=SECRET_SEED)
+    assert local.task_source("train").get(0).id == looked_up["id"]  # a trainer with the seed still matches ids
+    assert make(name, seed=SECRET_SEED + 1).task_source("train").get(0).id != looked_up["id"]

@@ -42,6 +42,12 @@ class TaskFamily(ABC):
         return ",".join(f"{k}={v}" for k, v in sorted(vars(self).items()))
 
 
+def seed_tag(seed: int) -> str:
+    """The seed as a task id names it: a digest, not the seed. Ids reach clients that must not
+    rebuild the tasks (an env server's public task view); the same seed still gives the same ids."""
+    return "s" + hashlib.sha256(f"ludus-seed:{seed}".encode()).hexdigest()[:12]
+
+
 def in_eval_bucket(prompt: str, eval_fraction: float) -> bool:
     digest = hashlib.sha256(prompt.encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
@@ -67,7 +73,7 @@ class ProceduralTasks:
             if in_eval_bucket(p.prompt, self.eval_fraction) == want_eval:
                 info = {"family": self.family.name, **p.info}
                 return Task(
-                    id=f"{self.family.name}/{self.split}/{self.seed}/{index}",
+                    id=f"{self.family.name}/{self.split}/{seed_tag(self.seed)}/{index}",
                     prompt=p.prompt,
                     answer=p.answer,
                     info=info,

@@ -74,8 +74,9 @@ class BFCLEnv(Env):
     description = "BFCL single-turn function calling: one message of tool calls, graded like BFCL's AST checker"
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     # a client's item: its conversation, its function schemas and the calls that answer it (data only)
-    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"category": str, "messages": list, "functions": list}
-    client_task_answer: ClassVar[JsonTypes] = list
+    # no tasks from clients: the matcher pairs a reply's calls with the gold's in every order,
+    # which a client's gold of a dozen parallel calls turns into hours of a server thread
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = None
 
     def __init__(
         self,

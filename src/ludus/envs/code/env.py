@@ -52,9 +52,9 @@ class CodeEnv(SingleTurnEnv):
     name = "code"
     description = "write a Python function or program; graded by its tests in the sandbox"
     system_prompt = "Write a correct Python solution. Reply with the code in one ```python block."
-    # a client's tests run in the sandbox, as its replies do; no field of a code task names a file
-    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"family": str, "format": str}
-    client_task_answer: ClassVar[JsonTypes] = dict
+    # no tasks from clients: a task's tests are the grader's own code, run with the grader's
+    # trust (a reply is the untrusted half), so a client's tests would run less isolated than replies
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = None
 
     def __init__(
         self,

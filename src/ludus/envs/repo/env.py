@@ -52,15 +52,9 @@ class RepoEnv(ToolEnv):
         "edit_file, write_file and run (a shell command in the repository, e.g. `python -m pytest -q`). "
         "Call submit() when the fix is complete."
     )
-    # a client's repository travels whole in answer['files'] and its tests run in the sandbox, as
-    # the run tool's commands do; client_task refuses answer['repo_path'], a folder on the server
-    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {
-        "library": str,
-        "package": str,
-        "bug": str,
-        "bug_kind": str,
-    }
-    client_task_answer: ClassVar[JsonTypes] = dict
+    # no tasks from clients: a task's answer names a folder on the server or carries a repository
+    # that the server writes out (a few KB of nested names became hundreds of MB of files)
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = None
 
     def __init__(
         self,
@@ -88,15 +82,6 @@ class RepoEnv(ToolEnv):
         )
         self.root: Path | None = None
         self.pristine: dict[str, bytes] = {}
-
-    def client_task(self, data: Any) -> Task:
-        task = super().client_task(data)
-        if "repo_path" in task.answer or not isinstance(task.answer.get("files"), dict):
-            raise ValueError(
-                "a client's repository task carries its files in task.answer['files'] (an object); "
-                "task.answer['repo_path'] names a folder on the server and is refused"
-            )
-        return task
 
     # ---- episode state ----
 

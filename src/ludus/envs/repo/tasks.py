@@ -31,6 +31,7 @@ from ludus.core.env import Split
 from ludus.core.types import Task
 from ludus.envs.repo.verifier import valid_test_id
 from ludus.tasks.loaders import TaskFileError
+from ludus.tasks.procedural import seed_tag
 
 BUG_KINDS = ("off_by_one", "wrong_operator", "missing_edge_case", "wrong_default")
 HIDDEN_TEST_FILE = "tests/test_regression.py"
@@ -830,7 +831,7 @@ class RepoTasks:
     def get(self, index: int) -> Task:
         library, bug = self._pairs[index % len(self._pairs)]
         rng = random.Random(f"repo:{self.seed}:{self.split}:{index}")
-        return make_task(rng, library, bug, f"repo/{self.split}/{self.seed}/{index}", "repo")
+        return make_task(rng, library, bug, f"repo/{self.split}/{seed_tag(self.seed)}/{index}", "repo")
 
 
 # ---- applying unified diffs (gold patches, test patches) ----

@@ -42,7 +42,7 @@ from ludus.core.env import Split
 from ludus.core.types import Task
 from ludus.envs.sql.verifier import Result, compare_results, orders_rows
 from ludus.tasks.loaders import FileTasks, TaskFileError
-from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket
+from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket, seed_tag
 
 GENERATOR_VERSION = "sql-v1"  # bump when generated content changes: it is part of every recipe
 # the bytes of generated databases a cache folder keeps, least recently used out first: room for
@@ -688,7 +688,7 @@ class SQLTasks:
             if in_eval_bucket(recipe, self.eval_fraction) == (self.split == "eval"):
                 break
         level = self.difficulty or random.Random(f"{recipe}:level").choice(LEVELS)
-        return procedural_task(recipe, level, f"sql-{level}/{self.split}/{self.seed}/{index}", self.root)
+        return procedural_task(recipe, level, f"sql-{level}/{self.split}/{seed_tag(self.seed)}/{index}", self.root)
 
 
 # ---- Spider / BIRD folders ----

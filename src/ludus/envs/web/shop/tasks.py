@@ -25,7 +25,7 @@ from typing import Any
 from ludus.core.env import Split
 from ludus.core.types import Task
 from ludus.envs.web.shop.data import CURRENCIES, PLACES, STORE_NAMES, open_copy, postcode, street, template
-from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket
+from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket, seed_tag
 
 GENERATOR_VERSION = "web-shop-v1"  # bump when generated tasks change
 LEVELS = (1, 2, 3)
@@ -288,4 +288,4 @@ class ShopTasks:
             if in_eval_bucket(f"{GENERATOR_VERSION}:data:{data_seed}", self.eval_fraction) == (self.split == "eval"):
                 break
         level = self.difficulty or rng.choice(LEVELS)
-        return make_task(data_seed, level, self.kind, rng, f"web-{level}/{self.split}/{self.seed}/{index}")
+        return make_task(data_seed, level, self.kind, rng, f"web-{level}/{self.split}/{seed_tag(self.seed)}/{index}")
