@@ -62,6 +62,14 @@ def test_serve_env_flags_reach_the_server(monkeypatch):
     args = build_parser().parse_args(["serve-env", "arithmetic", "--hide-reasons", "--show-reasons"])
     with pytest.raises(ValueError, match="contradict"):
         args.run(args)
+    flags = ["--allow-host", "envs.internal", "--allow-origin", "https://app.example", "--ws-idle-timeout", "5"]
+    args = build_parser().parse_args(["serve-env", "arithmetic", *flags])
+    assert args.run(args) == 0
+    assert (served[-1].allow_hosts, served[-1].allow_origins) == (("envs.internal",), ("https://app.example",))
+    assert served[-1].ws_idle_timeout_s == 5
+    args = build_parser().parse_args(["serve-env", "arithmetic", "--allow-origin", "http://LOCALHOST:8000"])
+    with pytest.raises(ValueError, match="write 'http://localhost:8000'"):
+        args.run(args)
 
 
 def test_sql_takes_no_task_from_a_client_and_writes_nothing(tmp_path, monkeypatch):
@@ -103,6 +111,13 @@ def test_every_family_takes_its_own_tasks_and_nothing_that_reaches_the_disk():
         instruct.client_task({**own, "answer": many})
     with pytest.raises(ValueError, match="'kind' is one of"):
         instruct.client_task({**own, "answer": {**own["answer"], "constraints": [{"kind": "regex"}]}})
+    # a word count sets how long a reply may be: 10**9 words let megabyte replies stall the event loop
+    for bad, refusal in [(10**9, "from 0 to 5000"), ("9" * 9, "whole number"), (True, "whole number")]:
+        words = {"kind": "length_words", "relation": "at least", "num_words": bad}
+        with pytest.raises(ValueError, match=refusal):
+            instruct.client_task({**own, "answer": {**own["answer"], "constraints": [words]}})
+    with pytest.raises(ValueError, match="cannot be checked: KeyError"):  # no relation: the checker cannot read it
+        instruct.client_task({**own, "answer": {**own["answer"], "constraints": [{"kind": "length_words"}]}})
     # their tasks name files, or carry the grader's own code, or cost the server without bound
     for name in ("sql", "web", "code", "code-tools", "repo", "bfcl", "bfcl-multi-turn", "miniwob"):
         declining = object.__new__(env_class(name))  # what it declares, without its data or browser
@@ -167,6 +182,37 @@ def test_info_shows_env_args_without_seeds_or_secrets():
         assert secret not in json.dumps(shown)
 
 
+# each value carries a marker that must not reach /info: secrets under their usual names, tokens under
+# neutral ones, and what makes a seed
+SPELLINGS = {
+    "headers": {"Authorization": "Bearer m0001"},
+    "auth": "alice:m0002",
+    "pwd": "m0003",
+    "cookie": "sid=m0004",
+    "db": "mysql://db.example/app?pwd=m0005",
+    "openai": "sk-proj-m0006",
+    "hf": "hf_m0007abcdefghijklmnop",
+    "bucket": "https://b.example/o?X-Amz-Signature=m0008",
+    "webhook": "https://hooks.slack.com/services/T00/B00/m0009",
+    "random_state": "m0010",
+    "rng": "m0011",
+    "salt": "m0012",
+    "note": "aws AKIAM0013ABCDEFGHIJK here",
+    "blob": "m0014Zq8pL2vX9rT4wY7uK1sN6b",  # 24+ characters of a random token
+    "github": "ghp_m0015",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.m0016",
+}
+
+
+def test_info_hides_secrets_under_other_names_and_tokens_under_neutral_keys():
+    app = EnvServer(lambda: make("arithmetic"), env_args={**SPELLINGS, "digits": 2, "path": "/data/tasks.jsonl"})
+    with serving(app, path="") as url:
+        shown = httpx.get(f"{url}/info").json()["env_args"]
+    hidden = {**dict.fromkeys(SPELLINGS, REDACTED), "headers": {"Authorization": REDACTED}}
+    assert shown == {**hidden, "digits": 2, "path": "/data/tasks.jsonl"}
+    assert "m00" not in json.dumps(shown).lower()
+
+
 def test_train_checks_a_server_whose_seed_is_hidden_by_the_keys_it_can_see():
     args = {"digits": 2, "ops": "+", "seed": 7}
     app = EnvServer(lambda: make("arithmetic", **args), env_args=args)
@@ -217,6 +263,37 @@ def test_a_refused_reset_builds_no_session_and_keeps_an_existing_one():
         assert httpx.post(f"{url}/reset", json={"session_id": "kept", "index": 1}).status_code == 200
         assert httpx.post(f"{url}/reset", json={"session_id": "kept", "index": 5}).status_code == 500
         assert list(app.sessions) == ["kept"]
+
+
+class Unlisted(ArithmeticEnv):
+    """Its train split is empty (task 0 divides by zero, as an empty BFCL split did) and its eval
+    split cannot be made at all."""
+
+    def default_tasks(self, split="train"):
+        if split == "eval":
+            raise RuntimeError("no eval file")
+        return EmptyRows()
+
+
+class EmptyRows:
+    size = 0
+
+    def get(self, index: int) -> Task:
+        return [][index % 0]
+
+
+def test_a_split_that_fails_to_describe_itself_is_left_out_with_a_warning():
+    warnings: list[str] = []
+    limits = env_server.fit_to_descriptors(Unlisted, ServerLimits(), warnings.append)  # probes each split
+    app = EnvServer(Unlisted, limits=limits, on_warning=warnings.append)
+    assert warnings == [
+        "the train split has no tasks: every request for one is refused (404 unknown_task)",
+        "the eval split is left out: its task source failed (RuntimeError: no eval file)",
+    ]
+    with serving(app, path="") as url:
+        assert httpx.get(f"{url}/info").json()["splits"] == {"train": 0}
+        for path, kind in (("/tasks/train/0", "unknown_task"), ("/tasks/eval/0", "unknown_split")):
+            assert httpx.get(url + path).json()["error"]["type"] == kind
 
 
 def test_close_and_step_need_a_session_id_that_is_text():

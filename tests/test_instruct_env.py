@@ -17,9 +17,18 @@ import pytest
 from ludus.core import registry
 from ludus.core.types import Status, Task
 from ludus.envs.instruct import IFEVAL_IDS, InstructEnv, check, load_ifeval
-from ludus.envs.instruct.constraints import CHECKERS, count_words, language_available, loose_variants
+from ludus.envs.instruct.constraints import (
+    CHECKERS,
+    blank_line_paragraphs,
+    count_words,
+    first_word,
+    language_available,
+    letter_count,
+    loose_variants,
+)
 from ludus.envs.instruct.env import constraints_of
 from ludus.envs.instruct.tasks import GENERATED_KINDS, InstructFamily, map_instruction, violate
+from ludus.envs.instruct.text import COMMA_LIKE, clean
 from ludus.rollout import NothingPolicy, OraclePolicy, requests
 from ludus.rollout.evaluate import evaluate
 from support import package_without_dependencies
@@ -114,9 +123,9 @@ def test_loose_mode_forgives_a_preamble_and_markdown_stars() -> None:
     reply = 'Sure, here it is:\n"A quoted reply."'
     assert not check(quoted, reply) and check(quoted, reply, loose=True)
     ending = {"kind": "end_phrase", "end_phrase": "Any other questions?"}
-    assert not check(ending, "Done. **Any other questions?**") and check(
-        ending, "Done. **Any other questions?**", loose=True
-    )  # noqa: E501
+    assert not check(ending, "Done. Any other questions?\nBye") and check(
+        ending, "Done. Any other questions?\nBye", loose=True
+    )
     assert loose_variants("a\nb\nc")[2:5] == ["b\nc", "a\nb", "b"]
     env = InstructEnv(loose=True)
     task = env.task_source().get(0)
@@ -158,13 +167,19 @@ def test_components_one_per_constraint_all_or_nothing_by_default_and_the_fractio
         },  # noqa: E501
     )
     strict, partial = InstructEnv(), InstructEnv(partial_credit=True)
-    score = strict.score(task, "I like tea.")
-    assert score.components == {"no_echo": 1.0, "keywords_include": 1.0, "quotation": 0.0, "keywords_include_2": 0.0}
+    reply = "Green tea tastes best brewed gently, never boiled, and sipped slowly after lunch."
+    score = strict.score(task, reply)
+    assert score.components == {
+        **{"substance": 1.0, "no_echo": 1.0},
+        **{"keywords_include": 1.0, "quotation": 0.0, "keywords_include_2": 0.0},
+    }
     assert (score.value, score.status) == (0.0, Status.WRONG)
-    score = partial.score(task, "I like tea.")
+    score = partial.score(task, reply)
     assert (score.value, score.status) == (pytest.approx(1 / 3), Status.PARTIAL)
-    assert strict.score(task, '"A cup of tea."').correct
+    assert strict.score(task, f'"A cup of tea: {reply}"').correct
     assert strict.score(task, "").status == Status.NO_ANSWER
+    score = partial.score(task, '"A cup of tea."')  # meets all three, says nothing: the gate pays nothing
+    assert (score.value, score.components["substance"], score.components["quotation"]) == (0.0, 0.0, 0.0)
 
 
 def test_echoing_the_instructions_back_meets_nothing() -> None:
@@ -245,14 +260,14 @@ def test_ifeval_format_files_map_onto_the_checkers_and_count_what_they_cannot(tm
     env = InstructEnv(path=str(path), eval_path=str(path))
     task = env.task_source("eval").get(1)
     assert env.reference(task) is None
-    score = env.score(task, "A cat in a hat, a hat on a cat.")
+    riddle = "I sit on a head but I have no brain; a cat may nap inside me when it rains. What am I? A hat."
+    score = env.score(task, riddle)
     assert score.correct and set(score.components) == {
-        "no_echo",
-        "keywords_include",
-        "keywords_include_2",
-        "keyword_frequency",
-    }  # noqa: E501
-    assert not env.score(task, "A cat in a hat.").correct
+        *("substance", "no_echo"),
+        *("keywords_include", "keywords_include_2", "keyword_frequency"),
+    }
+    assert not env.score(task, riddle.replace("What am I? A hat.", "What am I?")).correct
+    assert not env.score(task, "A cat in a hat, a hat on a cat.").correct  # the prompt's own words: no substance
     assert env.unsupported["unknown:dialect"] == 1
 
 
@@ -349,9 +364,8 @@ def test_agreement_with_ifevals_reference_checkers_on_real_replies() -> None:
     upper-cased, quoted) and on our references and near misses: our verdict against the reference
     implementation's (``if-verifiable``'s copy of google-research's ``instructions.py``).
 
-    Every disagreement must be one we chose (the constraints module says why): a variation
-    selector or zero-width joiner counted as a word by NLTK; a lower- or upper-case reply that
-    IFEval's language detector does not call English."""
+    Every disagreement must be one of the kinds we chose (the constraints module says why;
+    :func:`why_we_differ` names each)."""
     reference = pytest.importorskip("if_verifiable.ifeval.instructions_registry")
     from if_verifiable.common import get_loose_transformations
 
@@ -392,17 +406,55 @@ def test_agreement_with_ifevals_reference_checkers_on_real_replies() -> None:
         print(f"{iid:48s} {mode:6s} {cases:6d} {wrong:4d} {100 * (cases - wrong) / cases:7.2f}%")
     measured = {iid for iid, _ in tally}
     assert measured == set(IFEVAL_IDS) - SENTENCES_NEED_PUNKT
-    nltk_words = pytest.importorskip("nltk").tokenize.RegexpTokenizer(r"\w+")
+    kinds: Counter[str] = Counter()
     for (iid, _), found in disagreements.items():
         for text, kwargs, ours in found:
-            if iid == "length_constraints:number_words":
-                assert count_words(text) != len(nltk_words.tokenize(text)) and re.search("[\ufe0f\u200d]", text)
-            elif iid in ("change_case:english_lowercase", "change_case:english_capital"):
-                assert ours and (text.islower() or text.isupper()), "we agree but for IFEval's language check"
-            else:
-                pytest.fail(f"{iid} disagrees with IFEval on {text[:200]!r} with {kwargs}: ours {ours}")
+            why = why_we_differ(iid, text, kwargs, ours)
+            assert why, f"{iid} disagrees with IFEval on {text[:200]!r} with {kwargs}: ours {ours}"
+            kinds[why] += 1
+    print("\n".join(f"{n:5d} {why}" for why, n in kinds.most_common()))
     total = sum(c for c, _ in tally.values())
     assert sum(w for _, w in tally.values()) / total < 0.01
+
+
+def why_we_differ(iid: str, text: str, kwargs: dict[str, Any], ours: bool) -> str | None:
+    """The deliberate difference (constraints module docstring) that explains our verdict on
+    ``text`` differing from IFEval's, or ``None`` when none does."""
+    clean_text = clean(text)
+    if iid == "length_constraints:number_words":
+        tokens = nltk_tokenize(text)
+        ours_as_nltk = [t for t in nltk_tokenize(clean_text) if any(c.isalnum() for c in t)]
+        if len(tokens) != count_words(text) == len(ours_as_nltk):
+            return "NLTK counts an invisible character or a lone '_' as a word; we count its words of the clean text"
+    elif iid in ("change_case:english_lowercase", "change_case:english_capital"):
+        if ours and (text.islower() or text.isupper()):
+            return "IFEval's language detector does not call the text English"
+    elif iid == "length_constraints:nth_paragraph_first_word":
+        ifeval = [p for p in text.split("\n\n") if p.strip()]
+        if len(blank_line_paragraphs(clean_text)) != len(ifeval):
+            return "a paragraph break of a line of spaces"
+        if ours and first_word(ifeval[int(kwargs["nth_paragraph"]) - 1]) == first_word(str(kwargs["first_word"])):
+            return "the first word in Markdown emphasis"
+    elif iid == "startend:end_checker":
+        phrase = str(kwargs["end_phrase"])
+        if ours and text.rstrip()[-1] in "\"'*_" and phrase.rstrip()[-1] in "\"'*_":
+            return "an end phrase with a closing quote or emphasis after it"
+        if ours and " ".join(text.split()).endswith(" ".join(phrase.split())):
+            return "an end phrase with other white space inside"
+    elif iid == "keywords:letter_frequency":
+        if letter_count(kwargs["letter"], text) != text.lower().count(kwargs["letter"]):
+            return "a letter of another script that looks like the letter"
+    elif iid == "punctuation:no_comma":
+        if not ours and "," not in text and any(c in COMMA_LIKE for c in clean_text):
+            return "a comma of another script"
+    return None
+
+
+def nltk_tokenize(text: str) -> list[str]:
+    """NLTK's ``RegexpTokenizer(r"\\w+")``, IFEval's word count; its regex engine's ``\\w`` is not
+    Python's (combining marks are word characters), so there is no stand-in without nltk."""
+    nltk = pytest.importorskip("nltk")
+    return nltk.tokenize.RegexpTokenizer(r"\w+").tokenize(text)
 
 
 # ---- hostile replies: the checkers stay linear and never raise ------------------------------------
@@ -416,7 +468,7 @@ def test_title_and_placeholders_count_exactly_as_ifeval_s_regexes_without_their_
     rng = random.Random(0)
     for _ in range(5000):
         text = "".join(rng.choice("[]<> a\n") for _ in range(rng.randint(0, 24)))
-        assert placeholders(text) == len(re.findall(r"\[.*?\]", text)), text
+        assert placeholders(text) == len([p for p in re.findall(r"\[.*?\]", text) if p[1:-1].strip()]), text
         titled = any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", text))
         assert check({"kind": "title"}, text) == titled, text
     assert placeholders("[" * 100_000) == 0 and not check({"kind": "title"}, "<<" * 50_000)

@@ -56,7 +56,7 @@ EXPECTED_KINDS = {
     "repo": {"tools"},
     "web": {"answer", "tools"},
     "miniwob": {"answer", "tools"},
-    "instruct": set(),  # any reply meeting the constraints is right: its own cheats() instead
+    "instruct": {"answer"},  # and its own cheats(): content-free replies, echoes, Unicode blind spots
     "judged": {"answer"},
 }
 

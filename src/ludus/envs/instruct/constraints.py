@@ -15,17 +15,43 @@ Where we differ from IFEval's reference checkers on purpose (the agreement test 
 * ``postscript`` wants the marker at the start of a line, where IFEval finds ``p.s.`` anywhere;
 * ``lowercase`` / ``uppercase`` do not also ask a language detector whether the reply is English;
 * keywords are matched literally (IFEval compiles them as regular expressions);
-* words are runs of Python's ``\w``: an emoji's variation selector or zero-width joiner is no
-  word (NLTK's tokenizer, which IFEval counts with, makes each one a word);
 * ``language`` denies a reply with nothing to detect (IFEval counts it as followed).
+
+Every checker reads the reply as a reader sees it (:func:`ludus.envs.instruct.text.clean`:
+invisible characters removed, NFKC, look-alike punctuation mapped), and keywords, forbidden
+words, end phrases, first words and repeated requests are matched on its
+:func:`~ludus.envs.instruct.text.skeleton` (look-alike letters read as Latin, accents and case
+ignored). What a reader never sees cannot meet a constraint, and what a reader does see
+cannot hide from one: a constraint is met when it holds on the :func:`~.text.visible` text
+(HTML comments and link targets removed) and on the whole clean text. Only ``json_format`` and
+``language`` read the reply as written (JSON is for machines; the detector needs no help).
+The deliberate differences this makes (``tests/test_instruct_env.py`` asserts each kind):
+
+* words are counted as NLTK's tokenizer counts them (combining marks belong to their word), on
+  the clean text, and a word holds a letter or digit: an emoji's variation selector or joiner,
+  a lone ``_`` is no word (NLTK makes each one a word);
+* ``no_comma`` refuses every script's comma and its look-alikes (``，``, ``、``, ``‚``, Lisu ``ꓹ``);
+* ``lowercase`` / ``uppercase`` refuse letters of other scripts ("in English") and read look-alikes
+  and small capitals as the capitals they look like;
+* ``json_format`` refuses ``NaN`` and ``Infinity`` (Python's parser takes them; JSON has neither);
+* ``title``, ``highlights`` and ``placeholders`` do not count an empty one (``<<>>``, ``[]``);
+* ``two_responses`` refuses two near copies (80 % of the shorter one's word triples shared);
+* accepted where IFEval refuses a real answer: paragraphs split by a line of spaces or CRLF,
+  ``•`` and dash bullets, curly quotes around the reply, ``**Word**`` as a paragraph's first word,
+  an end phrase followed by a closing quote or ``**``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
+
+from ludus.envs.instruct.text import COMMA_LIKE, clean, fold, latin, script, skeleton, visible, words
 
 Constraint = Mapping[str, Any]
 """``{"kind": ..., **parameters}``."""
@@ -63,10 +89,9 @@ IFEVAL_IDS: dict[str, str] = {
 
 CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 
-_WORD = re.compile(r"\w+")
 _ABBREVIATIONS = re.compile(r"\b(Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S)\.", re.I)
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\n\s*\n")
-_BULLET = re.compile(r"^\s*(\*[^*]|-).*$", re.M)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。।॥۔؟።])\s*|\n\s*\n")
+_BULLET = re.compile(r"^[ \t]*(\*[^*\n]|-|[+•◦‣⁃▪●–—−‐][ \t]).*$", re.M)
 _HIGHLIGHT = re.compile(r"\*[^\n*]*\*")
 _BOLD = re.compile(r"\*\*[^\n*]*\*\*")
 _CAPITAL_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
@@ -88,22 +113,26 @@ def compare(actual: int, relation: str, target: int) -> bool:
 # ---- counting --------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=256)
 def count_words(text: str) -> int:
-    """Runs of word characters: IFEval's count (NLTK's ``RegexpTokenizer(r"\\w+")``)."""
-    return len(_WORD.findall(text))
+    """IFEval's count (NLTK's ``RegexpTokenizer(r"\\w+")``) on the clean text (:func:`.text.words`)."""
+    return len(words(clean(text)))
 
 
 def sentences(text: str) -> list[str]:
-    """Sentences: text ending in ``.``, ``!`` or ``?`` before a space, or a blank line; common
-    abbreviations (``Dr.``, ``e.g.``) do not end one. A piece without a word is no sentence."""
+    """Sentences: text ending in ``.``, ``!`` or ``?`` before a space, in another script's full
+    stop (``。``, ``।``, ``۔``…), or a blank line; common abbreviations (``Dr.``, ``e.g.``) do not
+    end one. A piece without a word is no sentence."""
     masked = _ABBREVIATIONS.sub(lambda m: m.group(0).replace(".", "\0"), text)
     pieces = (p.replace("\0", ".").strip() for p in _SENTENCE_END.split(masked))
-    return [p for p in pieces if _WORD.search(p)]
+    return [p for p in pieces if words(p)]
 
 
 def star_paragraphs(text: str) -> int | None:
-    """Paragraphs separated by the markdown divider ``***``; ``None`` when one between two is
-    empty (IFEval's rule: an empty paragraph at either end is not counted)."""
+    """Paragraphs separated by the markdown divider ``***`` (or a line ``* * *``, the same divider);
+    ``None`` when one between two is empty (IFEval's rule: an empty paragraph at either end is
+    not counted)."""
+    text = re.sub(r"^[ \t]*\*[ \t]+\*[ \t]+\*[ \t]*$", "***", text, flags=re.M)
     pieces = re.split(r"\s?\*\*\*\s?", text)
     inner = pieces[1:-1]
     if any(not p.strip() for p in inner):
@@ -112,8 +141,8 @@ def star_paragraphs(text: str) -> int | None:
 
 
 def blank_line_paragraphs(text: str) -> list[str]:
-    """Paragraphs separated by a blank line (``\\n\\n``), empty ones dropped."""
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
+    """Paragraphs separated by a blank line (one of spaces too), empty ones dropped."""
+    return [p.strip() for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
 
 
 def highlights(text: str) -> int:
@@ -124,13 +153,14 @@ def highlights(text: str) -> int:
 
 
 def capital_words(text: str) -> int:
-    """Words of two letters or more written all in capitals."""
-    return sum(1 for w in _CAPITAL_WORD.findall(text) if len(w) > 1 and w.isupper())
+    """Words of two letters or more written all in capitals (look-alikes read as Latin)."""
+    return sum(1 for w in _CAPITAL_WORD.findall(latin(text)) if len(w) > 1 and w.isupper())
 
 
 def keyword_count(keyword: str, text: str) -> int:
-    """Case-blind occurrences of ``keyword`` anywhere (inside longer words too, as IFEval counts)."""
-    return len(re.findall(re.escape(keyword), text, re.I))
+    """Occurrences of ``keyword`` anywhere (inside longer words too, as IFEval counts), on skeletons."""
+    needle = skeleton(keyword).strip()
+    return skeleton(text).count(needle) if needle else 0
 
 
 def json_body(text: str) -> str:
@@ -144,10 +174,21 @@ def json_body(text: str) -> str:
 
 
 def first_word(paragraph: str) -> str:
-    """The paragraph's first word, lower-cased, without leading quotes and cut at its first
-    punctuation mark (IFEval's reading: "Boyle's" is "boyle")."""
-    words = paragraph.split()
-    return re.split(r"[.,?!'\"]", words[0].lstrip("'\""))[0].lower() if words else ""
+    """The paragraph's first word, on its skeleton, without leading quotes or Markdown emphasis
+    and cut at its first punctuation mark (IFEval's reading: "Boyle's" is "boyle"; ours:
+    ``**Today**`` is "today")."""
+    tokens = skeleton(paragraph).split()
+    return re.split(r"[.,?!'\"*_]", tokens[0].lstrip("'\"*_"))[0] if tokens else ""
+
+
+def named_constraints(constraints: Sequence[Constraint]) -> list[tuple[str, Constraint]]:
+    """Each constraint with its component name: the kind, ``_2``, ``_3``… when a kind repeats."""
+    seen: Counter[str] = Counter()
+    out = []
+    for c in constraints:
+        seen[c["kind"]] += 1
+        out.append((c["kind"] if seen[c["kind"]] == 1 else f"{c['kind']}_{seen[c['kind']]}", c))
+    return out
 
 
 # ---- one checker per kind --------------------------------------------------------------------
@@ -170,28 +211,58 @@ def _paragraph_first_word(text: str, p: Constraint) -> bool:
     nth = int(p["nth_paragraph"])
     if len(paragraphs) != int(p["num_paragraphs"]) or not 1 <= nth <= len(paragraphs):
         return False
-    return first_word(paragraphs[nth - 1]) == str(p["first_word"]).lower()
+    return first_word(paragraphs[nth - 1]) == first_word(str(p["first_word"]))
 
 
 def _keywords_include(text: str, p: Constraint) -> bool:
     return all(keyword_count(k, text) > 0 for k in p["keywords"])
 
 
+_ASCII_LOOKALIKES = {
+    "l": "(?:l|i|1|\\|)", "i": "(?:i|l|1|\\|)", "o": "[o0]", "q": "[qo]", "m": "(?:m|rn)", "w": "(?:w|vv)", "d": "(?:d|cl)",
+}  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def lookalike_pattern(word: str) -> re.Pattern[str]:
+    """``word`` (on its skeleton) as a whole word, each letter also matching the ASCII marks a
+    reader takes it for: ``deIve`` (a capital I, which is ``i`` on a skeleton), ``f0ster``,
+    ``arnazing``, ``ǫuartz`` (a small-capital q of "fancy text", ``o`` on a skeleton). For what
+    must not be there: forbidden words, keywords under a ceiling."""
+    body = "".join(_ASCII_LOOKALIKES.get(c, re.escape(c)) for c in skeleton(word).strip())
+    return re.compile(rf"(?<!\w){body}(?!\w)")
+
+
 def _keywords_forbidden(text: str, p: Constraint) -> bool:
-    return not any(re.search(rf"\b{re.escape(w)}\b", text, re.I) for w in p["forbidden_words"])
+    body = skeleton(text)
+    return not any(lookalike_pattern(w).search(body) for w in p["forbidden_words"] if skeleton(w).strip())
 
 
 def _keyword_frequency(text: str, p: Constraint) -> bool:
-    return compare(keyword_count(p["keyword"], text), p["relation"], int(p["frequency"]))
+    """At least: the keyword itself counts. At most, less than, exactly: its look-alikes count too."""
+    count = keyword_count(p["keyword"], text)
+    if p["relation"] != "at least":
+        count = max(count, len(lookalike_pattern(p["keyword"]).findall(skeleton(text))))
+    return compare(count, p["relation"], int(p["frequency"]))
+
+
+def letter_count(letter: str, text: str) -> int:
+    """Occurrences of ``letter``, case-blind, look-alikes read as Latin (accented letters are others)."""
+    return fold(text).count(fold(letter))
 
 
 def _letter_frequency(text: str, p: Constraint) -> bool:
-    return compare(text.lower().count(str(p["letter"]).lower()), p["let_relation"], int(p["let_frequency"]))
+    return compare(letter_count(str(p["letter"]), text), p["let_relation"], int(p["let_frequency"]))
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _json_format(text: str, p: Constraint) -> bool:
+    """JSON as a machine reads it (the reply as written); ``NaN`` and ``Infinity`` are not JSON."""
     try:
-        json.loads(json_body(text))
+        json.loads(json_body(text), parse_constant=_not_json)
     except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's parser goes
         return False
     return True
@@ -218,16 +289,16 @@ def _highlights(text: str, p: Constraint) -> bool:
 
 def _sections(text: str, p: Constraint) -> bool:
     splitter = re.escape(str(p["section_spliter"]).strip())
-    return len(re.split(rf"\s?{splitter}\s?\d+\s?", text)) - 1 >= int(p["num_sections"])
+    return len(re.split(rf"\s?{splitter}\s?\d+\s?", latin(text))) - 1 >= int(p["num_sections"])
 
 
 def _constrained_response(text: str, p: Constraint) -> bool:
-    return any(option in text for option in CONSTRAINED_OPTIONS)
+    return any(option in latin(text) for option in CONSTRAINED_OPTIONS)
 
 
 def _postscript(text: str, p: Constraint) -> bool:
     marker = r"\.\s?".join(c for c in str(p.get("postscript_marker") or "P.S.") if c.isalnum())
-    return re.search(rf"^\s*{marker}\.?(?!\w)", text, re.I | re.M) is not None
+    return re.search(rf"^\s*{marker}\.?(?!\w)", latin(text), re.I | re.M) is not None
 
 
 def _placeholders(text: str, p: Constraint) -> bool:
@@ -244,17 +315,24 @@ def placeholders(text: str) -> int:
             end = line.find("]", start + 1)
             if end < 0:
                 break  # no later "[" on this line has a "]" after it either
-            count += 1
+            count += bool(line[start + 1 : end].strip())  # "[]" holds no placeholder
             start = line.find("[", end + 1)
     return count
 
 
+def _english_letters(text: str) -> bool:
+    """Whether every letter that has a case, or could pass for one, is Latin ("in English")."""
+    return all(script(c) == "LATIN" for c in text if c.isalpha() and unicodedata.category(c) != "Lm")
+
+
 def _lowercase(text: str, p: Constraint) -> bool:
-    return text.islower()
+    text = latin(text)
+    return text.islower() and _english_letters(text)
 
 
 def _uppercase(text: str, p: Constraint) -> bool:
-    return text.isupper()
+    text = latin(text)
+    return text.isupper() and _english_letters(text)
 
 
 def _capital_words(text: str, p: Constraint) -> bool:
@@ -262,28 +340,43 @@ def _capital_words(text: str, p: Constraint) -> bool:
 
 
 def _no_comma(text: str, p: Constraint) -> bool:
-    return "," not in text
+    """No comma of any script nor a look-alike; ``„`` counts where it follows a word (a German
+    opening quote follows a space)."""
+    return not any(c in COMMA_LIKE for c in text) and re.search(r"\S„", text) is None
 
 
 def _end_phrase(text: str, p: Constraint) -> bool:
-    return text.strip().strip('"').lower().endswith(str(p["end_phrase"]).strip().lower())
+    """The reply ends with the phrase; closing quotes and Markdown emphasis may follow it."""
+    phrase = " ".join(skeleton(str(p["end_phrase"])).split())
+    return bool(phrase) and " ".join(skeleton(text).split()).rstrip("\"'*_ ").endswith(phrase.rstrip("\"'*_ "))
 
 
 def _quotation(text: str, p: Constraint) -> bool:
+    """Wrapped in double quotes: straight, curly (read as straight) or German ``„…"``."""
     body = text.strip()
-    return len(body) > 1 and body[0] == '"' and body[-1] == '"'
+    return len(body) > 1 and body[0] in '"„' and body[-1] == '"'
 
 
 def _repeat_prompt(text: str, p: Constraint) -> bool:
-    return text.strip().lower().startswith(str(p["prompt_to_repeat"]).strip().lower())
+    request = " ".join(skeleton(str(p["prompt_to_repeat"])).split())
+    return " ".join(skeleton(text).split()).startswith(request)
 
 
 def _two_responses(text: str, p: Constraint) -> bool:
     parts = text.split("******")
     if any(not part.strip() for part in parts[1:-1]):
         return False
-    answers = [part.strip() for part in parts if part.strip()]
-    return len(answers) == 2 and answers[0] != answers[1]
+    answers = [words(skeleton(part)) for part in parts if part.strip()]
+    return len(answers) == 2 and not near_copies(*answers)
+
+
+def near_copies(a: list[str], b: list[str]) -> bool:
+    """Two word lists that are one text: equal, or 80 % of the shorter one's word triples in the other."""
+    if a == b:
+        return True
+    grams = [set(zip(w, w[1:], w[2:], strict=False)) for w in (a, b)]
+    shorter = min(grams, key=len)
+    return bool(shorter) and len(grams[0] & grams[1]) >= 0.8 * len(shorter)
 
 
 def _language(text: str, p: Constraint) -> bool:
@@ -295,6 +388,14 @@ def _language(text: str, p: Constraint) -> bool:
     except LangDetectException:
         return False  # no letters to detect: deny (IFEval counts it as followed)
 
+
+# the parameters the checkers read as whole numbers
+COUNTS = frozenset(
+    {
+        "num_words", "num_sentences", "num_paragraphs", "nth_paragraph", "frequency", "let_frequency",
+        "num_bullets", "num_highlights", "num_sections", "num_placeholders", "capital_frequency",
+    }
+)  # fmt: skip
 
 CHECKERS: dict[str, Callable[[str, Constraint], bool]] = {
     "length_words": _length_words,
@@ -342,11 +443,24 @@ def loose_variants(text: str) -> list[str]:
     return [text, text.replace("*", ""), *cut, *(c.replace("*", "") for c in cut)]
 
 
+RAW_KINDS = frozenset({"json_format", "language"})
+"""Kinds read on the reply as written, not as a reader sees it."""
+
+
 def check(constraint: Constraint, text: str, *, loose: bool = False) -> bool:
-    """Whether ``text`` meets ``constraint``; an empty reply (or reading of it) meets nothing."""
+    """Whether ``text`` meets ``constraint``: on its visible text and on its whole clean text
+    (module docstring); an empty reply (or reading of it) meets nothing."""
     checker = CHECKERS[constraint["kind"]]
-    readings = loose_variants(text) if loose else [text]
-    return any(r.strip() and checker(r, constraint) for r in readings)
+    if constraint["kind"] in RAW_KINDS:
+        texts = [text]
+    else:
+        shown, whole = visible(text), clean(text)
+        texts = [shown] if shown == whole else [shown, whole]
+    for reading in texts:
+        readings = loose_variants(reading) if loose else [reading]
+        if not any(r.strip() and checker(r, constraint) for r in readings):
+            return False
+    return True
 
 
 def describe(c: Constraint) -> str:

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-import re
+import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from functools import partial
+from typing import Any, ClassVar
 
-from ludus.core.env import SingleTurnEnv, Split, TaskSource
+from ludus.core.env import JsonTypes, SingleTurnEnv, Split, TaskSource
 from ludus.core.rubric import Criterion, Rubric
 from ludus.core.types import Message, Score, Status, Task
-from ludus.envs.instruct.constraints import Constraint, check, describe
-from ludus.envs.instruct.tasks import InstructFamily, load_ifeval, violate
+from ludus.envs.instruct.cheats import cheats
+from ludus.envs.instruct.constraints import CHECKERS, COUNTS, Constraint, check, describe, named_constraints
+from ludus.envs.instruct.substance import MAX_CHARS, MIN_OWN_WORDS, constraints_of, no_echo, substance
+from ludus.envs.instruct.tasks import InstructFamily, load_ifeval
 from ludus.tasks.loaders import split_files
 from ludus.tasks.procedural import ProceduralTasks
+
+# a client's own task (an env server's --allow-client-tasks): at most this many constraints (the
+# built-in generator makes up to 5) and this much JSON of them
+MAX_CLIENT_CONSTRAINTS = 8
+MAX_CLIENT_CONSTRAINT_CHARS = 4_000
+# and no count past this: a word count sets how long a reply may be (ten characters a word), and
+# a client's ``num_words`` of 10**9 let megabyte replies stall the loop
+MAX_CLIENT_COUNT = MAX_CHARS // 10
 
 
 class InstructEnv(SingleTurnEnv):
@@ -24,21 +35,30 @@ class InstructEnv(SingleTurnEnv):
     fraction met. The fraction pays a reply for the constraints it happens to meet (another
     task's reply, a bare keyword list), which is why it is not the default. ``loose=True``
     grades as IFEval's loose score does (markdown ``*`` removed, first or last line dropped).
+    ``min_own_words`` is the substance gate's floor (lower it for file tasks that ask for one
+    word or a list of numbers).
 
-    Every criterion is gated on ``no_echo`` (measured, weight 0): a reply that copies the
-    prompt's instructions back meets nothing. Tasks are generated (seeded, eval split held out
-    by content) or read from an IFEval-format file (``path=``; ``unsupported`` counts the
-    instruction ids without a checker).
+    Every constraint is gated on ``substance`` then ``no_echo`` (both measured, weight 0;
+    :mod:`.substance`): a reply that does not address its task (empty, content-free, off its
+    topic, repetition, disguised words) or copies the prompt's instructions back meets nothing.
+    Tasks are generated (seeded, eval split held out by content) or read from an IFEval-format
+    file (``path=``; ``unsupported`` counts the instruction ids without a checker).
     """
 
     name = "instruct"
     description = "verifiable instruction following (IFEval's 25 kinds): word counts, keywords, JSON, bullets, ..."
     quick: ClassVar[bool] = True  # pure Python checks (language detection aside)
-    # No generic answer cheats (ludus check --redteam): they hedge around one gold answer, but here
-    # any reply meeting every constraint is right — the reference with other text around it, or
-    # its words reversed, too. Code checks no fluency or topic (gate on a judge from ludus.rewards
-    # for that); ``cheats`` plays what this grader must refuse.
-    redteam_kinds: ClassVar[frozenset[str]] = frozenset()
+    # ludus check --redteam plays the generic answer cheats (empty replies, the reference between
+    # its own words reversed and another task's reply, enormous replies) and ``cheats`` below.
+    redteam_kinds: ClassVar[frozenset[str]] = frozenset({"answer"})
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {
+        "family": str,
+        "request": str,
+        "topic": str,
+        "instruction_ids": list,
+        "unsupported": list,
+    }
+    client_task_answer: ClassVar[JsonTypes] = dict
 
     def __init__(
         self,
@@ -53,10 +73,12 @@ class InstructEnv(SingleTurnEnv):
         eval_fraction: float = 0.1,
         loose: bool = False,
         partial_credit: bool = False,
+        min_own_words: int = MIN_OWN_WORDS,
     ):
         super().__init__(tasks)
         self.family = InstructFamily(min_constraints, max_constraints, kinds)
         self.seed, self.eval_fraction, self.loose, self.partial_credit = seed, eval_fraction, loose, partial_credit
+        self.min_own_words = min_own_words
         self.unsupported: Counter[str] = Counter()
         self.files = split_files(path, eval_path, lambda p: load_ifeval(p, self.unsupported), eval_fraction)
 
@@ -69,9 +91,41 @@ class InstructEnv(SingleTurnEnv):
         answer = task.answer if isinstance(task.answer, Mapping) else {}
         return answer.get("reference")
 
+    def client_task(self, data: Any) -> Task:
+        """A client's task, its constraints few, small and of known kinds: they are checked on the
+        server's event loop (``quick``), where a task of thousands would stall every session."""
+        task = super().client_task(data)
+        constraints = task.answer.get("constraints")
+        if not isinstance(constraints, list) or not 1 <= len(constraints) <= MAX_CLIENT_CONSTRAINTS:
+            raise ValueError(f"task.answer['constraints'] must be a list of 1 to {MAX_CLIENT_CONSTRAINTS} constraints")
+        for c in constraints:
+            if not isinstance(c, dict) or c.get("kind") not in CHECKERS:
+                raise ValueError(f"a constraint is an object whose 'kind' is one of {', '.join(CHECKERS)}")
+            for key, value in c.items():
+                if key in COUNTS:
+                    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CLIENT_COUNT:
+                        raise ValueError(
+                            f"constraint {c['kind']}: {key} must be a whole number from 0 to {MAX_CLIENT_COUNT}"
+                        )
+                elif not isinstance(value, str | None) and not (
+                    isinstance(value, list) and all(isinstance(v, str) for v in value)
+                ):
+                    raise ValueError(f"constraint {c['kind']}: {key} must be text or a list of text")
+            try:
+                check(c, "a reply to try the constraint on")
+            except Exception as exc:  # noqa: BLE001 - what the checker cannot read, the client is told
+                raise ValueError(
+                    f"constraint {c['kind']} cannot be checked: {type(exc).__name__}: {exc}"[:300]
+                ) from None
+        if len(json.dumps(constraints)) > MAX_CLIENT_CONSTRAINT_CHARS:
+            raise ValueError(f"task.answer['constraints'] is over {MAX_CLIENT_CONSTRAINT_CHARS} characters of JSON")
+        return task
+
     def rubric(self, task: Task) -> Rubric:
-        """``no_echo`` (weight 0, the gate), then one criterion per constraint, named by its kind."""
-        criteria = [Criterion("no_echo", _no_echo, weight=0.0)]
+        """``substance`` and ``no_echo`` (weight 0, the gates), then one criterion per constraint,
+        named by its kind."""
+        gate = partial(substance, min_own_words=self.min_own_words)
+        criteria = [Criterion("substance", gate, weight=0.0), Criterion("no_echo", no_echo, 0.0, "substance")]
         for name, constraint in named_constraints(constraints_of(task)):
             criteria.append(Criterion(name, self._criterion(constraint), gate="no_echo"))
         return Rubric(criteria)
@@ -95,49 +149,7 @@ class InstructEnv(SingleTurnEnv):
         return score
 
     def cheats(self, task: Task) -> dict[str, list[Message]]:
-        """Replies that must earn nothing: the prompt copied back (alone and before the reference),
-        the task's keywords stuffed into a line, and the reference with each constraint broken."""
-        say = lambda text: [Message("assistant", text)]  # noqa: E731
-        reference, constraints = self.reference(task), constraints_of(task)
-        out = {
-            "the request echoed back": say(task.prompt),
-            "the request echoed, then the reference": say(f"{task.prompt}\n\n{reference or ''}"),
-        }
-        keywords = [k for c in constraints for k in c.get("keywords", [])]
-        keywords += [c["keyword"] for c in constraints if "keyword" in c]
-        if keywords:
-            out["the task's keywords, stuffed"] = say(" ".join(keywords * 10))
-        if reference is not None:
-            for name, constraint in named_constraints(constraints):
-                out[f"the reference with {name} broken"] = say(violate(constraint, reference))
-        return out
-
-
-def constraints_of(task: Task) -> list[Constraint]:
-    answer = task.answer if isinstance(task.answer, Mapping) else {}
-    constraints = answer.get("constraints")
-    return list(constraints) if isinstance(constraints, list) else []
-
-
-def named_constraints(constraints: Sequence[Constraint]) -> list[tuple[str, Constraint]]:
-    """Each constraint with its component name: the kind, ``_2``, ``_3``… when a kind repeats."""
-    seen: Counter[str] = Counter()
-    out = []
-    for c in constraints:
-        seen[c["kind"]] += 1
-        out.append((c["kind"] if seen[c["kind"]] == 1 else f"{c['kind']}_{seen[c['kind']]}", c))
-    return out
-
-
-def _normal(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
-
-
-def _no_echo(task: Task, completion: str) -> Score:
-    """Fails when the reply copies the prompt, or one of its instruction sentences, back."""
-    reply, prompt = _normal(completion), _normal(task.prompt)
-    shown = [d for d in map(_normal, map(describe, constraints_of(task))) if d in prompt]
-    for text in [prompt, *shown]:
-        if text and text in reply:
-            return Score.zero(Status.WRONG, f"the reply copies the prompt's instructions: {text[:80]!r}")
-    return Score(1.0, Status.CORRECT, "")
+        """Replies that must earn nothing (:func:`.cheats.cheats`): content-free replies, the prompt
+        copied back plainly and in Unicode disguises, constraints broken where only code cannot
+        see it, and the reference with each constraint broken."""
+        return {name: [Message("assistant", text)] for name, text in cheats(task, self.reference(task)).items()}

@@ -34,8 +34,10 @@ from ludus.envs.instruct.constraints import (
     describe,
     keyword_count,
     language_available,
+    letter_count,
     sentences,
 )
+from ludus.envs.instruct.substance import substance
 from ludus.tasks.loaders import FileTasks, TaskFileError, read_rows
 from ludus.tasks.procedural import Problem, TaskFamily
 
@@ -156,14 +158,16 @@ class InstructFamily(TaskFamily):
 
 
 def _attempt(rng: random.Random, kinds: Sequence[str], count: int) -> Problem | None:
-    """One draw: constraints, the reply built for them, counts fixed from it; ``None`` if it fails its own check."""
+    """One draw: constraints, the reply built for them, counts fixed from it; ``None`` if it fails
+    its own check or the substance gate."""
     chosen = [rng.choice([k for k in kinds if k in SHAPE_KINDS])]
     while len(chosen) < count:
         options = [k for k in kinds if compatible(k, chosen)]
         if not options:
             break
         chosen.append(rng.choice(options))
-    request = f"Write a {rng.choice(FORMS)} about {rng.choice(TOPICS)}."
+    form, topic = rng.choice(FORMS), rng.choice(TOPICS)
+    request = f"Write a {form} about {topic}."
     params = _draw_parameters(rng, chosen, request)
     # everything after the plan is drawn from the plan itself: two tasks with one prompt share one reference
     build = random.Random(json.dumps([request, sorted(params, key=lambda c: c["kind"])], sort_keys=True))
@@ -174,7 +178,10 @@ def _attempt(rng: random.Random, kinds: Sequence[str], count: int) -> Problem | 
         return None
     rng.shuffle(constraints)
     prompt = " ".join([request, *(describe(c) for c in constraints)])
-    return Problem(prompt, {"constraints": constraints, "reference": reply}, {"request": request})
+    answer, info = {"constraints": constraints, "reference": reply}, {"request": request, "topic": topic}
+    if not substance(Task("", prompt, answer, info), reply).correct:  # the gate every reply meets
+        return None
+    return Problem(prompt, answer, info)
 
 
 def _draw_parameters(rng: random.Random, kinds: Sequence[str], request: str) -> list[dict[str, Any]]:
@@ -235,8 +242,8 @@ def _build(rng: random.Random, params: Sequence[Constraint], request: str) -> st
         reply = f"```json\n{reply}\n```" if rng.random() < 0.5 else reply
         return _case(reply, by)
     answers = [_answer(rng, by, topic, extra)]
-    if "two_responses" in by:
-        answers.append(_answer(rng, {}, topic, []))  # plain prose: the shape constraints hold in the first
+    if "two_responses" in by:  # plain prose of other sentences: the shape constraints hold in the first
+        answers.append(_answer(rng, {}, topic, [], avoid=answers[0]))
     reply = "\n******\n".join(answers)
     if "postscript" in by:
         marker = by["postscript"]["postscript_marker"]
@@ -269,8 +276,9 @@ def _extra_sentences(rng: random.Random, by: dict[str, Constraint]) -> list[str]
     return out
 
 
-def _answer(rng: random.Random, by: dict[str, Constraint], topic: str, extra: list[str]) -> str:
-    """One answer: paragraphs of prose (``extra`` spread among them), bullets, a title, sections."""
+def _answer(rng: random.Random, by: dict[str, Constraint], topic: str, extra: list[str], avoid: str = "") -> str:
+    """One answer: paragraphs of prose (``extra`` spread among them), bullets, a title, sections;
+    none of its sentences in ``avoid`` (two responses must differ)."""
     if "length_paragraphs" in by:
         count, joint = by["length_paragraphs"]["num_paragraphs"], "\n***\n"
     elif "paragraph_first_word" in by:
@@ -279,8 +287,11 @@ def _answer(rng: random.Random, by: dict[str, Constraint], topic: str, extra: li
         count, joint = by["sections"]["num_sections"], "\n\n"
     else:
         count, joint = rng.randint(1, 3), "\n\n"
-    paragraphs = [rng.sample(PROSE, rng.randint(2, 3)) for _ in range(count)]
-    paragraphs[0].insert(0, rng.choice(OPENERS).format(topic=topic))
+    sizes = [rng.randint(2, 3) for _ in range(count)]
+    sizes[0] = max(sizes[0], 4 - count)  # three sentences at least: a reply says something of its own
+    sentences = iter(rng.sample([p for p in PROSE if p not in avoid], sum(sizes)))  # none said twice
+    paragraphs = [[next(sentences) for _ in range(size)] for size in sizes]
+    paragraphs[0].insert(0, rng.choice([o for o in OPENERS if o.format(topic=topic) not in avoid]).format(topic=topic))
     for sentence in extra:
         paragraph = rng.choice(paragraphs)
         paragraph.insert(rng.randint(1, len(paragraph)), sentence)
@@ -313,7 +324,7 @@ def _fix_counts(rng: random.Random, c: Constraint, reply: str) -> dict[str, Any]
     elif kind == "length_sentences":
         out["num_sentences"] = _threshold(rng, len(sentences(reply)), c["relation"], step=1)
     elif kind == "letter_frequency":
-        out["let_frequency"] = _threshold(rng, reply.lower().count(c["letter"]), c["let_relation"], step=5)
+        out["let_frequency"] = _threshold(rng, letter_count(c["letter"], reply), c["let_relation"], step=5)
     elif kind == "capital_words":
         out["capital_frequency"] = _threshold(rng, capital_words(reply), c["capital_relation"], step=1)
     elif kind == "keyword_frequency":
