@@ -171,7 +171,7 @@ async def flood(host: str, port: int, requests: int, deadline: float) -> int:
     """Pipelined requests on one connection, never reading, until ``deadline`` (monotonic);
     the connection stays open until then. How many requests the socket took."""
     reader, writer = await asyncio.open_connection(host, port)
-    batch, sent = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 1000, 0
+    batch, sent = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 1000, 0
     try:
         while sent < requests and time.monotonic() < deadline:
             writer.write(batch)

@@ -1,9 +1,11 @@
 """Shared by several test modules: a tiny transformers checkpoint built on the spot, a task a
 tiny model learns from the reward (``digit-map``) and its supervised warm start, a real HTTP
-server for an ASGI app on 127.0.0.1, vLLM's server in its own virtual environment, and a check
-that a scorer never runs code smuggled into a reply."""
+server for an ASGI app on 127.0.0.1, a web page of another origin for a real browser to open,
+vLLM's server in its own virtual environment, and a check that a scorer never runs code smuggled
+into a reply."""
 
 import contextlib
+import http.server
 import os
 import random
 import signal
@@ -165,6 +167,57 @@ def serving(app: Any, path: str = "/v1", **options: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join()
         sock.close()
+
+
+@contextlib.contextmanager
+def page_of_another_origin(html: str) -> Iterator[str]:
+    """``html`` served at ``http://localhost:PORT/``, an origin other than any ``127.0.0.1:PORT``
+    server's; yields that origin."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.end_headers()
+            self.wfile.write(html.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def results_in_chromium(pages: list[tuple[str, str | None]], extra_args: tuple[str, ...] = ()) -> list[Any]:
+    """Open each ``(url, script)`` in a real Chromium (the one the web environment drives): with
+    no script, wait for the page's own to set ``window.done`` and return its ``window.results``;
+    else return what ``script`` (a JavaScript function, run in the page) returns. Only loopback
+    is reachable (the web environment's launch arguments)."""
+    from playwright.sync_api import sync_playwright
+
+    from ludus.envs.web.browser import find_chromium, launch_args
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=find_chromium(), args=[*launch_args(), *extra_args])
+        try:
+            results = []
+            for url, script in pages:
+                tab = browser.new_page()
+                tab.goto(url)
+                if script is None:
+                    tab.wait_for_function("window.done === true", timeout=60_000)
+                    script = "() => window.results"
+                results.append(tab.evaluate(script))
+            return results
+        finally:
+            browser.close()
 
 
 # ---- vLLM, in its own virtual environment -------------------------------------------------------

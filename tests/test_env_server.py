@@ -466,7 +466,7 @@ def test_a_killed_server_ends_episodes_as_infra_errors_and_new_ones_move_to_the_
 def test_a_slow_client_holds_up_no_one(server):
     host, port = server.removeprefix("http://").split(":")
     trickle = socket.create_connection((host, int(port)))
-    trickle.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")  # and then nothing
+    trickle.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{")  # and then nothing
     try:
         env = RemoteEnv(server)
         env.reset(env.task_source("train").get(0))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.server
+import functools
 import json
 import os
 import resource
@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+from typing import Any
 
 import httpx
 import pytest
@@ -24,9 +26,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from ludus.core.registry import make
-from ludus.rollout.remote import Connection, RemoteEnvError
+from ludus.rollout.remote import Connection, RemoteEnv, RemoteEnvError
 from ludus.serve.env_server import EnvServer, ServerLimits
-from support import serving
+from support import page_of_another_origin, results_in_chromium, serving
 
 TOKEN = "a-token-of-twenty-chars"
 
@@ -81,9 +83,10 @@ def read_until_closed(sock: socket.socket, bound_s: float = 20.0) -> bytes:
 
 
 # ---- cross-origin requests ------------------------------------------------------------------------
-PAGE = """<!doctype html><script>
+PAGE = """<!doctype html><body><iframe name=sink></iframe><script>
 window.results = {};
 const record = (name) => (value) => { window.results[name] = String(value); };
+const servers = new URLSearchParams(location.search);
 async function attack(server, name) {
   await fetch(server + "/reset", {method: "POST", headers: {"content-type": "application/json"},
     body: JSON.stringify({session_id: name + "-json"})}).then(r => r.status).then(record(name + ".json"), record(name + ".json"));
@@ -97,52 +100,35 @@ async function attack(server, name) {
     ws.onclose = (event) => { record(name + ".ws_close")(event.code); done(); };
   });
 }
-attack(REFUSING, "refusing").then(() => attack(ALLOWING, "allowing")).then(() => { window.done = true; });
+function withoutOrigin(server) {  // requests a page makes with no Origin header: Sec-Fetch-Site only
+  new Image().src = server + "/tasks/train/100";
+  const script = document.createElement("script"); script.src = server + "/tasks/train/101"; document.head.appendChild(script);
+  const form = document.createElement("form"); form.method = "GET"; form.action = server + "/tasks/train/102";
+  form.target = "sink"; document.body.appendChild(form); form.submit();
+  return fetch(server + "/tasks/train/103", {mode: "no-cors"}).catch(() => null);
+}
+attack(servers.get("refusing"), "refusing").then(() => withoutOrigin(servers.get("refusing")))
+  .then(() => attack(servers.get("allowing"), "allowing")).then(() => { window.done = true; });
 </script>"""
 
 
 def test_a_page_of_another_origin_cannot_drive_the_server_in_a_real_browser():
-    from playwright.sync_api import sync_playwright
-
-    from ludus.envs.web.browser import find_chromium, launch_args
-
-    page_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    origin = f"http://localhost:{page_server.server_address[1]}"  # another origin than 127.0.0.1:PORT
-    refusing, allowing = arithmetic(), arithmetic(allow_origins=(origin,))
-    with guarded(refusing) as refusing_url, guarded(allowing) as allowing_url:
-        page = PAGE.replace("REFUSING", json.dumps(refusing_url)).replace("ALLOWING", json.dumps(allowing_url))
-
-        class Page(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/html")
-                self.end_headers()
-                self.wfile.write(page.encode())
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        page_server.RequestHandlerClass = Page
-        threading.Thread(target=page_server.serve_forever, daemon=True).start()
-        try:
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=find_chromium(), args=launch_args())
-                tab = browser.new_page()
-                tab.goto(origin + "/")
-                tab.wait_for_function("window.done === true", timeout=60_000)
-                results = tab.evaluate("window.results")
-                browser.close()
-        finally:
-            page_server.shutdown()
-            page_server.server_close()
-        assert not refusing.sessions  # nothing the page sent was carried out
-        assert results["refusing.json"].startswith("TypeError")  # the preflight was refused
-        assert results["refusing.simple"] == "opaque" and "refusing.ws_reply" not in results
-        assert results["refusing.ws_close"] == "1008"
-        assert refusing.counts["refused_origin"] >= 3  # preflight, simple POST, WebSocket
-        # an allowed origin is served, preflight and all, and its page may read the replies
-        assert results["allowing.json"] == "200" and json.loads(results["allowing.ws_reply"])["ok"]
-        assert {"allowing-json", "allowing-simple", "allowing-ws"} <= set(allowing.sessions)
+    with page_of_another_origin(PAGE) as origin:
+        refusing, allowing = arithmetic(), arithmetic(allow_origins=(origin,))
+        with guarded(refusing) as refusing_url, guarded(allowing) as allowing_url:
+            query = urllib.parse.urlencode({"refusing": refusing_url, "allowing": allowing_url})
+            [results] = results_in_chromium([(f"{origin}/?{query}", None)])
+            deadline = time.monotonic() + 20  # the Origin-less GETs are not awaited by the page
+            while refusing.counts["refused_origin"] < 3 + 4:
+                assert time.monotonic() < deadline, f"{refusing.counts['refused_origin']} requests refused"
+                time.sleep(0.05)
+            assert not refusing.sessions and "op_task" not in refusing.counts  # nothing the page sent was done
+            assert {"allowing-json", "allowing-simple", "allowing-ws"} <= set(allowing.sessions)
+    assert results["refusing.json"].startswith("TypeError")  # the preflight was refused
+    assert results["refusing.simple"] == "opaque" and "refusing.ws_reply" not in results
+    assert results["refusing.ws_close"] == "1008"
+    # an allowed origin is served, preflight and all, and its page may read the replies
+    assert results["allowing.json"] == "200" and json.loads(results["allowing.ws_reply"])["ok"]
 
 
 def test_requests_with_a_foreign_origin_header_are_refused_over_http_and_websocket():
@@ -177,6 +163,76 @@ def test_requests_with_a_foreign_origin_header_are_refused_over_http_and_websock
         code, reason = asyncio.run(websocket("http://localhost:9999"))
         assert code == 1008 and reason.startswith("forbidden_origin:")
         assert set(app.sessions) == {"good", "cli"}
+
+
+def test_requests_for_a_dns_name_other_than_localhost_are_refused():
+    """DNS rebinding points an attacker's name at 127.0.0.1, making its page same-origin with the
+    server (no Origin on GETs): only IP addresses, localhost and --allow-host names are answered."""
+    app = arithmetic(allow_hosts=("envs.internal",))
+    with guarded(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for host in ("rebind.example", "127.0.0.1.nip.io", "localhost.rebind.example"):
+            for response in (
+                httpx.get(f"{url}/health", headers={"host": f"{host}:{port}"}),
+                httpx.get(f"{url}/info", headers={"host": host}),
+                httpx.post(f"{url}/reset", json={"session_id": "rebound"}, headers={"host": f"{host}:{port}"}),
+            ):
+                assert response.status_code == 403 and response.json()["error"]["type"] == "forbidden_host"
+        for host in ("127.0.0.1", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}", "envs.internal", "ENVS.internal."):
+            assert httpx.get(f"{url}/info", headers={"host": host}).status_code == 200, host
+        assert not app.sessions and app.counts["refused_host"] == 9
+
+        async def websocket(name: str) -> tuple[int, str] | bool:
+            async with connect(f"ws://{name}:{port}/ws", host="127.0.0.1", port=port) as ws:
+                try:
+                    await ws.send(json.dumps({"id": 1, "op": "info"}))
+                    return json.loads(await asyncio.wait_for(ws.recv(), 20))["ok"]
+                except ConnectionClosed as closed:
+                    return closed.rcvd.code, closed.rcvd.reason
+
+        code, reason = asyncio.run(websocket("rebind.example"))
+        assert code == 1008 and reason.startswith("forbidden_host:") and "--allow-host" in reason
+        assert asyncio.run(websocket("envs.internal")) is True
+    for bad in ("http://envs.internal", "envs.internal:8100", "*.internal", "Envs.Internal"):
+        with pytest.raises(ValueError, match="--allow-host"):
+            ServerLimits(allow_hosts=(bad,))
+
+
+def test_origin_less_requests_from_other_sites_are_refused_by_sec_fetch_site():
+    """<img>, <script>, GET forms and no-cors fetch carry no Origin but do carry Sec-Fetch-Site."""
+    app = arithmetic(allow_origins=("https://trainer.example",))
+    with guarded(app) as url:
+        for site, served in (("cross-site", False), ("same-site", False), ("same-origin", True), ("none", True)):
+            reply = httpx.get(f"{url}/tasks/train/0", headers={"sec-fetch-site": site})
+            assert (reply.status_code == 200) == served, site
+            if not served:
+                assert reply.json()["error"]["type"] == "forbidden_origin"
+        allowed = {"sec-fetch-site": "cross-site", "origin": "https://trainer.example"}
+        assert httpx.get(f"{url}/tasks/train/0", headers=allowed).status_code == 200
+    assert app.counts["refused_origin"] == 2 and app.counts["op_task"] == 3
+
+
+@pytest.mark.parametrize(
+    ("origin", "written"),
+    [
+        ("http://LOCALHOST:8000", "http://localhost:8000"),
+        ("https://app.example:443", "https://app.example"),
+        ("http://user@app.example", "http://app.example"),
+        ("http://app.example?x", "http://app.example"),
+        ("https://app.example/", "https://app.example"),
+        ("http://*", None),
+        ("null", None),
+        ("app.example", None),
+    ],
+)
+def test_allowed_origins_are_written_as_browsers_send_them(origin, written):
+    """An origin written otherwise would never match: the page meant to be allowed would be
+    refused without a word. The error says what to write."""
+    with pytest.raises(ValueError, match="--allow-origin") as caught:
+        ServerLimits(allow_origins=(origin,))
+    if written is not None:
+        assert f"write {written!r}" in str(caught.value)
+        ServerLimits(allow_origins=(written,))  # what it says to write is taken
 
 
 def test_a_refused_websocket_is_closed_with_1008_and_the_client_says_why():
@@ -235,16 +291,44 @@ def test_a_client_that_pipelines_without_reading_is_cut_off_and_health_stays_up(
     with guarded(app) as url:
         host, port = url.removeprefix("http://").split(":")
         flood = socket.create_connection((host, int(port)))
-        flood.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\n\r\n" * 300)  # and never reads
+        flood.sendall(b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 300)  # and never reads
         assert httpx.get(f"{url}/health").status_code == 200
         replies = read_until_closed(flood).count(b"HTTP/1.1 200")
         assert replies <= 8 + 1  # the rest were never read, let alone queued
         fair = socket.create_connection((host, int(port)))  # a few pipelined requests are still served
         fair.sendall(
-            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 5 + b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 5
+            + b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"
         )
         assert read_until_closed(fair).count(b"HTTP/1.1 200") == 6
         assert 'event="connections_overflowed"} 1' in httpx.get(f"{url}/metrics").text
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414),
+        (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+        (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"a: b\r\n" * 101 + b"\r\n", 431),
+    ],
+    ids=["url", "header", "header-count"],
+)
+def test_a_request_head_past_its_bound_is_refused_and_the_connection_closed(head, status):
+    """httptools gathers a head without limit (a client sent 68 MB of one, or a million small
+    headers, within the request timeout): past 64 KiB or 100 headers the server answers and
+    closes, having read no more, and a head within the bounds is served."""
+    app = arithmetic()
+    with guarded(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(head[:40_000])  # in two reads, the first within the bound
+        time.sleep(0.05)
+        with contextlib.suppress(OSError):  # the server may close before it has it all
+            sock.sendall(head[40_000:])
+        assert read_until_closed(sock).startswith(f"HTTP/1.1 {status} ".encode())
+        within = {"x-a": "a" * 60_000, **{f"x-{i}": "1" for i in range(90)}}  # with httpx's own: 95 headers
+        assert httpx.get(f"{url}/health", headers=within).status_code == 200
+        assert 'event="heads_refused"} 1' in httpx.get(f"{url}/metrics").text
 
 
 def test_a_client_that_never_reads_its_replies_is_closed_after_the_request_timeout():
@@ -254,7 +338,7 @@ def test_a_client_that_never_reads_its_replies_is_closed_after_the_request_timeo
         deaf = socket.socket()
         deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         deaf.connect((host, int(port)))
-        deaf.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)  # about 1 MB of replies, never read
+        deaf.sendall(b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 2000)  # about 1 MB of replies, never read
         deadline = time.monotonic() + 30
         while 'event="connections_timed_out"} 1' not in httpx.get(f"{url}/metrics").text:
             assert time.monotonic() < deadline, "the server kept writing to a client that does not read"
@@ -268,11 +352,11 @@ def test_idle_and_half_sent_requests_are_closed_after_the_request_timeout():
         host, port = url.removeprefix("http://").split(":")
         idle = socket.create_connection((host, int(port)))  # sends nothing
         half = socket.create_connection((host, int(port)))
-        half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+        half.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # a head never finished
         slow_body = socket.create_connection((host, int(port)))
-        slow_body.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        slow_body.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
         kept_alive = socket.create_connection((host, int(port)))
-        kept_alive.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # answered, then idle
+        kept_alive.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # answered, then idle
         for sock in (idle, half, slow_body):
             assert b"200" not in read_until_closed(sock)
         assert read_until_closed(kept_alive).count(b"HTTP/1.1 200") == 1
@@ -310,28 +394,141 @@ def test_more_sockets_than_descriptors_lock_no_one_out_and_sessions_fit_the_desc
 
 
 # ---- WebSocket ids, hung calls, drain -------------------------------------------------------------
-def test_a_message_whose_id_cannot_be_sent_back_gets_an_error_reply():
+def test_websocket_ids_are_short_text_numbers_or_null():
+    """An id is echoed in its reply: a deep one could not be sent back, a long one (1 MiB) would
+    swell every reply a client leaves unread. Others get an error reply with id null."""
     with guarded(arithmetic()) as url:
 
-        async def deep_id() -> dict:
+        async def replies(ids: list[str]) -> list[dict]:
             async with connect(url.replace("http", "ws") + "/ws") as ws:
-                deep = "[" * 1000 + "]" * 1000
-                await ws.send('{"id": ' + deep + ', "op": "info"}')
-                return json.loads(await asyncio.wait_for(ws.recv(), 20))
+                for rid in ids:
+                    await ws.send('{"id": ' + rid + ', "op": "info"}')
+                return [json.loads(await asyncio.wait_for(ws.recv(), 20)) for _ in ids]
 
-        reply = asyncio.run(deep_id())
-        assert reply["id"] is None and reply["ok"] is False and reply["error"]["type"] == "bad_request"
+        refused = ["[" * 1000 + "]" * 1000, json.dumps("x" * 129), "true", '{"a": 1}', "[1]"]
+        for reply in asyncio.run(replies(refused)):
+            assert reply["id"] is None and reply["ok"] is False and reply["error"]["type"] == "bad_request"
+            assert "128 characters" in reply["error"]["message"]
+        echoed = [json.dumps("x" * 128), "7", "1.5", "null"]
+        assert [r["id"] for r in asyncio.run(replies(echoed))] == ["x" * 128, 7, 1.5, None]
+
+
+def raw_websocket(url: str, receive_buffer: int) -> socket.socket:
+    """A WebSocket opened on a plain socket with a small receive buffer: a client that can stop
+    reading without its library reading for it."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect((host, int(port)))
+    sock.sendall(
+        b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    sock.settimeout(20)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def text_frame(text: str) -> bytes:
+    """A client's WebSocket text frame of under 126 bytes, masked with a zero key (the payload
+    travels as it is)."""
+    data = text.encode()
+    assert len(data) < 126
+    return bytes([0x81, 0x80 | len(data)]) + b"\0\0\0\0" + data
+
+
+def test_a_websocket_that_never_reads_stops_being_read_and_is_closed():
+    """The window counts requests, not bytes: 300 requests for a 100 KB reply each, never read,
+    made the server hold 30 MB. Past 4 MiB of replies waiting to be sent the server reads no more
+    of the socket, and replies unread for the request timeout close it."""
+    app = arithmetic(request_timeout_s=0.5)
+    app.info["description"] = "x" * 100_000  # every info reply about 100 KB
+    with guarded(app) as url:
+        deaf = raw_websocket(url, receive_buffer=4096)
+        deaf.sendall(text_frame('{"id": 1, "op": "info"}') * 300)  # and never reads
+        deadline = time.monotonic() + 30
+        while 'event="connections_timed_out"} 1' not in httpx.get(f"{url}/metrics").text:
+            assert time.monotonic() < deadline, "the server kept a WebSocket that does not read"
+            time.sleep(0.1)
+        deaf.close()
+        assert 0 < app.counts["op_info"] < 150  # the rest were never read, let alone answered
+
+
+def test_an_idle_websocket_is_closed_but_not_while_a_request_runs():
+    app = EnvServer(Hangs(seconds=1.0), limits=ServerLimits(ws_idle_timeout_s=0.3))
+    with guarded(app) as url:
+
+        async def episode() -> tuple[dict, int, str]:
+            async with connect(url.replace("http", "ws") + "/ws") as ws:
+                await ws.send(json.dumps({"id": 1, "op": "reset", "session_id": "s"}))
+                await asyncio.wait_for(ws.recv(), 20)
+                step = {"id": 2, "op": "step", "session_id": "s", "action": {"role": "assistant", "content": "hang"}}
+                await ws.send(json.dumps(step))
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 20))  # 1 s of work: longer than the idle limit
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(ws.recv(), 20)  # nothing in progress: closed
+                return reply, closed.value.rcvd.code, closed.value.rcvd.reason
+
+        reply, code, reason = asyncio.run(episode())
+        assert reply["ok"] and reply["result"]["terminated"]
+        assert code == 1000 and reason.startswith("idle")
+        assert 'event="websockets_closed_idle"} 1' in httpx.get(f"{url}/metrics").text
+        env = RemoteEnv(url)  # a client reconnects on its next request
+        assert asyncio.run(env.areset(env.task_source("train").get(0))).messages
+
+
+def test_health_is_answered_when_every_connection_is_a_websocket():
+    """At --max-connections an idle WebSocket is closed to make room, as idle HTTP connections
+    are; with every connection busy, a newcomer is still read to answer GET /health, and refused
+    anything else."""
+    hangs = Hangs()
+    app = EnvServer(hangs, limits=ServerLimits(max_connections=4, threads=4, call_timeout_s=60))
+    hang = {"op": "step", "action": {"role": "assistant", "content": "hang"}}
+    try:
+        with guarded(app) as url:
+
+            async def hold() -> tuple[int, int | None, int, int]:
+                async def busy(name: str) -> Any:  # a WebSocket whose step is in progress
+                    ws = await connect(url.replace("http", "ws") + "/ws")
+                    await ws.send(json.dumps({"id": 0, "op": "reset", "session_id": name}))
+                    await asyncio.wait_for(ws.recv(), 20)
+                    await ws.send(json.dumps({**hang, "id": 1, "session_id": name}))
+                    return ws
+
+                get = functools.partial(httpx.get, timeout=20)
+                sockets = [await busy(f"h{i}") for i in range(3)]
+                idle = await connect(url.replace("http", "ws") + "/ws")
+                try:
+                    first = (await asyncio.to_thread(get, f"{url}/health")).status_code  # the idle one makes room
+                    await asyncio.wait_for(idle.wait_closed(), 20)
+                    sockets.append(await busy("h3"))  # every connection busy
+                    health = (await asyncio.to_thread(get, f"{url}/health")).status_code
+                    other = (await asyncio.to_thread(get, f"{url}/info")).status_code
+                    return first, idle.close_code, health, other
+                finally:
+                    for ws in [*sockets, idle]:
+                        await ws.close()
+
+            assert asyncio.run(hold()) == (200, 1000, 200, 503)
+            metrics = httpx.get(f"{url}/metrics").text
+            assert 'event="connections_evicted"} 1' in metrics and 'event="connections_refused"} 1' in metrics
+    finally:
+        hangs.release.set()
 
 
 class Hangs:
-    """An environment factory whose "hang" steps never finish until released."""
+    """An environment factory whose "hang" steps wait until released (at most ``seconds``)."""
 
-    release = threading.Event()
+    def __init__(self, seconds: float | None = None) -> None:
+        self.release, self.seconds = threading.Event(), seconds
 
     def __call__(self):
         from ludus.core import Score, SingleTurnEnv, Status
 
-        release = self.release
+        release, seconds = self.release, self.seconds
 
         class Hanging(SingleTurnEnv):
             name = "hangs"
@@ -341,7 +538,7 @@ class Hangs:
 
             def score(self, task, completion):
                 if completion == "hang":
-                    release.wait()
+                    release.wait(seconds)
                 return Score.zero(Status.WRONG, "no")
 
         return Hanging()

@@ -72,6 +72,27 @@ def model_args(text: str | None) -> dict[str, Any]:
     return given
 
 
+def add_browser_flags(p: argparse.ArgumentParser) -> None:
+    """``--allow-origin`` and ``--allow-host``: what a server answers of browser pages
+    (``ludus.serve.browser``), the same for ``serve-env`` and ``serve-model``."""
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="serve browser pages of this origin, written as browsers send it (scheme://host[:port], lower case, "
+        "no default port; repeatable); requests from any other page are refused",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="answer requests addressed to this DNS name (repeatable); by default only IP addresses and localhost "
+        "are, so that no web page can reach the server through a name it points at this machine (DNS rebinding)",
+    )
+
+
 def add_env_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--env-server",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ludus.cli.common import MODEL_ARGS_HELP
+from ludus.cli.common import MODEL_ARGS_HELP, add_browser_flags
 
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
@@ -27,6 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         help="let a trainer replace the weights (POST /collective_rpc reload_weights, as vLLM's dev mode): "
         "for ludus train --rollout-server",
     )
+    add_browser_flags(p)
     p.set_defaults(run=run)
 
 
@@ -44,11 +45,22 @@ def run(args: argparse.Namespace) -> int:
         console().print(f"[red]error:[/] {escape(hint)}")
         return 2
     from ludus.policies import load_policy
-    from ludus.serve.net import address, listen
+    from ludus.serve.browser import BrowserRules
+    from ludus.serve.net import ConnectionGuard, address, connection_options, listen, spare_descriptors
 
+    BrowserRules(tuple(args.allow_origin), tuple(args.allow_host))  # a bad flag stops us before the model loads
     sock = listen(args.host, args.port)
     policy = load_policy(args.model, **model_args(args.model_args))
-    app = create_app(policy, args.name or args.model, max_batch=args.max_batch, weight_updates=args.weight_updates)
+    app = create_app(
+        policy,
+        args.name or args.model,
+        max_batch=args.max_batch,
+        weight_updates=args.weight_updates,
+        allow_origins=tuple(args.allow_origin),
+        allow_hosts=tuple(args.allow_host),
+    )
+    # serve-env's connection layer with its default limits: heads, pipelining, slow clients, count
+    guard = ConnectionGuard(max(16, spare_descriptors(64)), request_timeout_s=10.0, max_pipelined=32)
     console().print(
         f"serving {args.name or args.model} at {address(sock)}/v1 (OpenAI-compatible; Ctrl-C stops)",
         markup=False,
@@ -56,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", **connection_options(guard))).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down gracefully
         return 130
     finally:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ludus.cli.common import add_browser_flags
+
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
 
@@ -24,14 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         "required off loopback; 16 characters at least)",
     )
     token.add_argument("--token", help="as --token-file, but visible to other users of this machine (ps)")
-    p.add_argument(
-        "--allow-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="serve browser pages of this origin (scheme://host[:port]; repeatable); "
-        "requests from any other page are refused",
-    )
+    add_browser_flags(p)
     p.add_argument(
         "--max-sessions",
         type=int,
@@ -50,6 +45,12 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--max-pending", type=int, default=4096, help="environment calls running or queued at most")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle session is closed")
+    p.add_argument(
+        "--ws-idle-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before a WebSocket with no request in progress is closed (default 60; clients reconnect)",
+    )
     p.add_argument("--call-timeout", type=float, default=300.0, help="seconds a reset or step may take")
     p.add_argument("--drain-timeout", type=float, default=30.0, help="seconds running episodes get on SIGTERM")
     p.add_argument(
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         show_reasons=args.show_reasons,
         allow_client_tasks=args.allow_client_tasks,
         allow_origins=tuple(args.allow_origin),
+        allow_hosts=tuple(args.allow_host),
+        ws_idle_timeout_s=args.ws_idle_timeout,
         max_connections=args.max_connections,
         request_timeout_s=args.request_timeout,
         drain_idle_s=args.drain_idle,

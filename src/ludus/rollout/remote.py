@@ -38,18 +38,35 @@ from ludus.core.types import Message, Observation, Score, Status, StepResult, Ta
 
 REMOTE_KEY = "ludus_remote"  # Task.info key of a task that the server holds: {"split", "index"}
 REDACTED = "<redacted>"  # what /info shows for a secret or a seed in env_args
-# env_args keys whose values /info never shows: seeds (a procedural environment's golds follow from
-# its seed) and anything that looks like a credential
-_SECRET = r"seed|password|passwd|secret|token|key|dsn|credential"
+# env_args keys whose values /info never shows, at any depth (case-insensitive, anywhere in the key):
+# what makes a seed (a procedural environment's golds follow from it) and what names a credential.
+# Deny-leaning: a harmless value hidden costs only the view, since clients compare redacted forms.
+_SECRET = (
+    r"seed|salt|rng|random|nonce|pass|pwd|secret|token|key|auth|cookie|credential|signature|session|dsn|cert"
+    r"|private"
+)
 _SECRET_KEY = re.compile(_SECRET, re.IGNORECASE)
-# a text value holding a credential whatever its key: userinfo in a URL (scheme://user:pw@host),
-# or a secret-named setting inside it (a libpq DSN's password=, a query string's api_key=)
-_CREDENTIAL = re.compile(rf"://[^/\s]*@|(?:{_SECRET})\w*\s*=", re.IGNORECASE)
+# a text value that is or carries a credential, whatever its key
+_CREDENTIAL = re.compile(
+    rf"""
+    [a-z][a-z0-9+.-]*://[^/?#\s]*@             # a URL with userinfo (scheme://user:pw@host)
+    | [a-z][a-z0-9+.-]*://[^\s?#]*\?           # a URL with a query string (signed URLs, ?key=, ?pwd=)
+    | hooks\.slack\.com | /webhooks?/           # webhook URLs: the address is the credential
+    | \b(?:bearer|basic)\s+\S                  # an Authorization value
+    | \b(?:sk|rk)[-_]\w | \b(?:hf|ghp|gho|ghu|ghs|ghr|npm)_\w | \bgithub_pat_ | \bglpat-
+    | \bxox[a-z]-\w | \b(?:AKIA|ASIA)[A-Z0-9]{{12,}} | \bAIza[\w-]{{20,}} | \bya29\. | \beyJ[\w-]+\.
+    | -----BEGIN                                # known token prefixes, JWTs, PEM keys
+    | (?:{_SECRET})\w*\s*[=:]                    # a secret-named setting inside it (a DSN's password=)
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{24,}")  # a run as long as a random token
 
 
 def redacted_env_args(value: Any, key: str = "") -> Any:
     """``env_args`` as an env server's ``/info`` shows them: every seed and secret replaced by
-    :data:`REDACTED`, at any depth. A client checks a server by comparing this with its own
+    :data:`REDACTED`, at any depth — by key (``_SECRET``), and any text that looks like a
+    credential (:func:`looks_secret`). A client checks a server by comparing this with its own
     ``env_args`` redacted: equal values, and the same keys hidden on both sides."""
     if _SECRET_KEY.search(key):
         return REDACTED
@@ -57,9 +74,22 @@ def redacted_env_args(value: Any, key: str = "") -> Any:
         return {k: redacted_env_args(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redacted_env_args(v) for v in value]
-    if isinstance(value, str) and _CREDENTIAL.search(value):
+    if isinstance(value, str) and looks_secret(value):
         return REDACTED
     return value
+
+
+def looks_secret(text: str) -> bool:
+    """Whether ``text`` is or carries a credential: a URL with userinfo or a query string, a
+    webhook, an Authorization value, a known token prefix (``sk-``, ``hf_``, ``ghp_``, ``xox…-``,
+    ``AKIA…``, a JWT, a PEM key), a secret-named setting, or a run of 24+ letters, digits, ``_``
+    and ``-`` that mixes classes (upper, lower, digits) as random tokens do."""
+    if _CREDENTIAL.search(text):
+        return True
+    for run in _TOKEN_LIKE.findall(text):
+        if sum((any(c.isupper() for c in run), any(c.islower() for c in run), any(c.isdigit() for c in run))) >= 2:
+            return True
+    return False
 
 
 class RemoteEnvError(RuntimeError):

@@ -18,9 +18,11 @@ Failure rules, the same as the rollout engine's:
   environment calls) or ``413`` (request size), never queued without bound;
 * ``SIGTERM`` drains: new episodes are refused, running ones may finish (up to
   ``drain_timeout_s``), then the server exits;
-* hostile clients are bounded below the protocol (``net.GuardedHttp``: pipelining, slow and
-  idle connections, their number, from the file descriptors), and requests from browser pages
-  of origins not allowed are refused: loopback is reachable from any page a user opens.
+* hostile clients are bounded below the protocol (``net.GuardedHttp``: request heads,
+  pipelining, slow and idle connections, their number, from the file descriptors; WebSockets:
+  ids, unsent replies, idle sockets), and browser pages are refused unless allowed
+  (``browser.BrowserGuard``: Host, Origin, Sec-Fetch-Site): loopback is reachable from any page
+  a user opens.
 
 It is a bare ASGI application (no framework between the socket and the environment): uvicorn
 serves it, ``httptools`` parses HTTP and ``websockets`` speaks WebSocket.
@@ -47,6 +49,7 @@ from ludus.core.env import Env, EnvStateError
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
 from ludus.rollout.hosts import ThreadHost
 from ludus.rollout.remote import redacted_env_args
+from ludus.serve.browser import BrowserGuard, BrowserRules
 
 if TYPE_CHECKING:
     from ludus.serve.net import ConnectionGuard
@@ -59,7 +62,9 @@ except ImportError:  # pragma: no cover - the serve extra brings it
 PROTOCOL = 1
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s]+")  # what browsers send: scheme://host[:port]
+MAX_ID_CHARS = 128  # a WebSocket message's id, echoed in its reply
+WINDOW = 256  # requests in progress on one WebSocket: past it, reading waits
+MAX_UNSENT = 4 << 20  # bytes of replies waiting to be sent on one WebSocket: past it, reading waits
 MIN_TOKEN_CHARS = 16
 _SPLITS = ("train", "eval")
 MAX_INDEX = 2**63 - 1  # a task index past it is refused: no source needs more, and JSON clients lose precision
@@ -89,9 +94,11 @@ class ServerLimits:
     # default), tasks are the server's own, picked by split and index
     allow_client_tasks: bool = False
     threads: int = 32
-    # browser pages whose requests are served (``https://app.example``); any other request that
-    # carries an Origin header is refused: a page must not drive sessions through a user's browser
+    # browser pages whose requests are served (``https://app.example``), and DNS names the server
+    # answers to besides localhost and IP addresses (browser.BrowserRules): a page must not drive
+    # sessions through a user's browser
     allow_origins: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
     # the connection layer (net.GuardedHttp): open connections at most (None: what the file
     # descriptors allow, see serve()), seconds a client has to send a whole request or to read
     # its replies, and requests one connection may send ahead of their replies
@@ -101,6 +108,8 @@ class ServerLimits:
     # on SIGTERM, an episode with no call in progress keeps the drain waiting only if its last
     # request is this recent (a client between turns); one reset and left is not waited for
     drain_idle_s: float = 10.0
+    # a WebSocket with no request in progress for this long is closed (its client reconnects)
+    ws_idle_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("max_sessions", "max_pending", "max_request_bytes", "threads", "max_pipelined"):
@@ -108,12 +117,14 @@ class ServerLimits:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
-        for name in ("idle_timeout_s", "call_timeout_s", "drain_timeout_s", "request_timeout_s", "drain_idle_s"):
+        timeouts = ("idle_timeout_s", "call_timeout_s", "drain_timeout_s", "request_timeout_s", "drain_idle_s")
+        for name in (*timeouts, "ws_idle_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for origin in self.allow_origins:
-            if not _ORIGIN.fullmatch(origin):
-                raise ValueError(f"an allowed origin is scheme://host[:port] with nothing after, got {origin!r}")
+        self.browser_rules()  # a bad origin or host name stops the server at start
+
+    def browser_rules(self) -> BrowserRules:
+        return BrowserRules(self.allow_origins, self.allow_hosts)
 
 
 class Refusal(Exception):
@@ -164,9 +175,8 @@ class EnvServer:
     environment per session; ``token``, when set, is required as ``Authorization: Bearer``;
     ``env_args``, when given, are reported in ``/info`` so that clients can check they train on
     the environment they configured. Served by :func:`serve`, or by ``uvicorn.Config(app,
-    **app.uvicorn_options())`` to keep the connection-layer limits."""
-
-    guard: ConnectionGuard | None = None  # set by uvicorn_options()
+    **app.uvicorn_options())`` to keep the connection-layer limits. ``on_warning`` (default:
+    stderr) hears of splits left out or empty."""
 
     def __init__(
         self,
@@ -175,9 +185,13 @@ class EnvServer:
         token: str | None = None,
         limits: ServerLimits | None = None,
         env_args: dict[str, Any] | None = None,
+        on_warning: Callable[[str], None] | None = None,
     ):
+        from ludus.serve.net import ConnectionGuard
+
         self.factory, self.limits = factory, limits or ServerLimits()
         self._token = _checked_token(token)
+        warn = on_warning or _warn
         probe = factory()  # the environment's description, and a clear error now rather than per session
         try:
             self.info = {
@@ -187,12 +201,20 @@ class EnvServer:
             }
             self._client_task = probe.client_task  # checks data only: the probe being closed is no matter
             self._sources: dict[str, Any] = {}
+            sizes: dict[str, int | None] = {}
             for split in _SPLITS:
                 try:
-                    self._sources[split] = probe.task_source(split)
+                    source = probe.task_source(split)
+                    sizes[split] = source.size
                 except NotImplementedError:
                     continue
-            self.info["splits"] = {s: src.size for s, src in self._sources.items()}
+                except Exception as exc:  # noqa: BLE001 - one split's failure leaves the others served
+                    warn(f"the {split} split is left out: its task source failed ({_describe_exc(exc)})")
+                    continue
+                if sizes[split] == 0:
+                    warn(f"the {split} split has no tasks: every request for one is refused (404 unknown_task)")
+                self._sources[split] = source
+            self.info["splits"] = sizes
             self._quick_lookup = probe.quick  # procedural sources: a task costs less than a thread hop
         finally:
             probe.close()
@@ -210,6 +232,13 @@ class EnvServer:
         self._ticks_allowed = math.ceil(self.limits.call_timeout_s / self._tick_s)
         self._deadlines: dict[asyncio.Task[Any], int] = {}
         self._expired: dict[asyncio.Task[Any], bool] = {}
+        limits = self.limits
+        self.guard = ConnectionGuard(  # the connection layer's limits (uvicorn_options) and WebSockets' idling
+            limits.max_connections or max(16, _spare_descriptors(limits.threads)),
+            limits.request_timeout_s,
+            limits.max_pipelined,
+        )
+        self._guarded = BrowserGuard(self._serve, rules=limits.browser_rules(), counts=self.counts)
 
     # ---- the operations, shared by HTTP and WebSocket -----------------------------------------
     async def op_reset(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -405,7 +434,8 @@ class EnvServer:
 
     # ---- background work: idle sessions, event-loop lag, draining ------------------------------
     async def start(self) -> None:
-        self._background = [asyncio.create_task(job()) for job in (self._reap, self._watch_loop, self._expire)]
+        jobs = (self._reap, self._watch_loop, self._expire, self._close_idle_sockets)
+        self._background = [asyncio.create_task(job()) for job in jobs]
 
     async def stop(self) -> None:
         for task in self._background:
@@ -423,6 +453,12 @@ class EnvServer:
             for session in [s for s in self.sessions.values() if not s.busy and s.last_used < cutoff]:
                 self.counts["sessions_reaped"] += 1
                 await self._drop(session)
+
+    async def _close_idle_sockets(self) -> None:
+        idle_s = self.limits.ws_idle_timeout_s
+        while True:
+            await asyncio.sleep(min(idle_s / 4, 5.0))
+            self.guard.close_idle_sockets(idle_s)
 
     async def _watch_loop(self) -> None:
         loop, period = asyncio.get_running_loop(), 0.05
@@ -450,16 +486,10 @@ class EnvServer:
 
     def uvicorn_options(self) -> dict[str, Any]:
         """``uvicorn.Config`` options that bound clients at the connection layer
-        (:class:`ludus.serve.net.GuardedHttp`); its counters go to ``/metrics``."""
-        from ludus.serve.net import ConnectionGuard, GuardedHttp
+        (:class:`ludus.serve.net.GuardedHttp`, ``GuardedWebSocket``); counters go to ``/metrics``."""
+        from ludus.serve.net import connection_options
 
-        limits = self.limits
-        self.guard = ConnectionGuard(
-            limits.max_connections or max(16, _spare_descriptors(limits.threads)),
-            limits.request_timeout_s,
-            limits.max_pipelined,
-        )
-        return {"http": functools.partial(GuardedHttp, guard=self.guard), "ws_max_size": limits.max_request_bytes}
+        return {**connection_options(self.guard), "ws_max_size": self.limits.max_request_bytes}
 
     def metrics(self) -> str:
         """Prometheus text format."""
@@ -473,24 +503,29 @@ class EnvServer:
             f"ludus_env_event_loop_lag_max_seconds {self.max_loop_lag_s:.6f}",
             f"ludus_env_uptime_seconds {time.time() - self.started:.1f}",
         ]
-        if self.guard is not None:
-            guard = self.guard
-            lines.append(f"ludus_env_max_connections {guard.max_connections}")
-            lines.append(f"ludus_env_idle_connections {len(guard.idle)}")
-            events = {"connections_evicted": guard.evicted, "connections_refused": guard.refused}
-            events |= {"connections_timed_out": guard.timed_out, "connections_overflowed": guard.overflowed}
-            lines += [f'ludus_env_events_total{{event="{k}"}} {v}' for k, v in events.items()]
+        guard = self.guard
+        lines.append(f"ludus_env_max_connections {guard.max_connections}")
+        lines.append(f"ludus_env_idle_connections {len(guard.idle)}")
+        lines.append(f"ludus_env_idle_websockets {len(guard.idle_sockets)}")
+        events = {"connections_evicted": guard.evicted, "connections_refused": guard.refused}
+        events |= {"connections_timed_out": guard.timed_out, "connections_overflowed": guard.overflowed}
+        events |= {"heads_refused": guard.heads_refused, "websockets_closed_idle": guard.sockets_closed_idle}
+        lines += [f'ludus_env_events_total{{event="{k}"}} {v}' for k, v in events.items()]
         lines += [f'ludus_env_events_total{{event="{k}"}} {v}' for k, v in sorted(self.counts.items())]
         return "\n".join(lines) + "\n"
 
     # ---- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self._guarded(scope, receive, send)  # browser pages refused, then _serve
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
         elif scope["type"] == "websocket":
             await self._websocket(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -510,25 +545,9 @@ class EnvServer:
         scheme, _, credentials = (_header(scope, b"authorization") or b"").partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(b" "), self._token)
 
-    def _check_origin(self, origin: bytes) -> None:
-        """A request from a browser page (it carries ``Origin``) is served only if its origin is
-        allowed: otherwise any site a user visits could drive this server through their browser.
-        Programmatic clients send no ``Origin``."""
-        if origin.decode("latin-1") not in self.limits.allow_origins:
-            self.counts["refused_origin"] += 1
-            raise Refusal(
-                403, "forbidden_origin", "requests from browser pages are refused unless --allow-origin names theirs"
-            )
-
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
-        origin = _header(scope, b"origin")
         try:
-            if origin is not None:
-                self._check_origin(origin)
-                send = _with_cors(send, origin)
-                if method == "OPTIONS":  # a preflight: no token comes with it
-                    return await _respond_bytes(send, 204, b"", b"text/plain", _PREFLIGHT)
             if path == "/health" and method == "GET":
                 status = "draining" if self.draining else "ok"
                 body = {"status": status, "env": self.info["env"], "sessions": len(self.sessions)}
@@ -542,7 +561,7 @@ class EnvServer:
             if path.startswith("/tasks/") and method == "GET":
                 split, _, index = path[len("/tasks/") :].partition("/")
                 body = {"split": split, "index": _path_index(index)}
-                return await _respond(send, 200, await self.op_task(body))
+                return await _respond(send, 200, await self.dispatch("task", body))
             op = path[1:]
             if method != "POST" or op not in self.OPS:
                 raise Refusal(404, "not_found", f"no route {method} {path}; see docs/serving.md")
@@ -572,89 +591,136 @@ class EnvServer:
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One JSON request per message, ``{"id", "op", ...}``; replies carry the same ``id``
-        and may come out of order. A connection may drive many sessions; dropping it ends none."""
+        and may come out of order. A connection may drive many sessions; dropping it ends none.
+        What it may make the server hold is bounded: ``WINDOW`` requests in progress, and no
+        message read while more than ``MAX_UNSENT`` bytes of replies wait to be sent."""
         if (await receive())["type"] != "websocket.connect":
             return
         await send({"type": "websocket.accept"})  # refusals below are close codes, which clients can read
-        try:
-            origin = _header(scope, b"origin")
-            if origin is not None:
-                self._check_origin(origin)
-            if not self._authorized(scope):
-                raise Refusal(401, "unauthorized", "send the server's token as 'Authorization: Bearer TOKEN'")
-        except Refusal as refusal:
-            await send({"type": "websocket.close", "code": 1008, "reason": f"{refusal.kind}: {refusal}"})
+        if not self._authorized(scope):
+            reason = "unauthorized: send the server's token as 'Authorization: Bearer TOKEN'"
+            await send({"type": "websocket.close", "code": 1008, "reason": reason})
             return
-        sending = asyncio.Lock()
-        window = asyncio.Semaphore(256)  # requests in progress per connection: past it, reading waits
-        alive = True
-
-        async def answer(request: Any) -> None:
-            try:
-                rid = request.get("id") if isinstance(request, dict) else None
-                try:
-                    if not isinstance(rid, str | int | float | None):  # a deep one could not be sent back
-                        rid = None
-                        raise Refusal(400, "bad_request", "a message's id is a string, a number or null")
-                    if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-                        raise Refusal(400, "bad_request", 'each message is a JSON object with an "op"')
-                    reply = {"id": rid, "ok": True, **(await self.dispatch(request["op"], request))}
-                except Refusal as refusal:
-                    reply = {"id": rid, "ok": False, "status": refusal.status, **refusal.body()}
-                    if refusal.retry_after is not None:
-                        reply["retry_after"] = refusal.retry_after
-                try:
-                    data = _encode(reply)
-                except Refusal as refusal:
-                    data = _encode({"id": rid, "ok": False, "status": refusal.status, **refusal.body()})
-                if alive:
-                    async with sending:
-                        with contextlib.suppress(Exception):  # the client left; the session keeps the reply
-                            await send({"type": "websocket.send", "text": data.decode()})
-            finally:
-                window.release()
-
+        socket = _Socket(send, self.guard, self.limits.ws_idle_timeout_s)
         pending: set[asyncio.Task[None]] = set()
         try:
-            while True:
+            while socket.open:  # what a client sent before it went away is not carried out
+                await socket.room.wait()
+                await socket.window.acquire()
                 message = await receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                raw = message.get("text") or message.get("bytes") or b""
-                try:
-                    request: Any = _decode(raw)
-                except ValueError:
-                    request = None
-                await window.acquire()
-                task = asyncio.create_task(answer(request))
+                socket.begin()
+                task = asyncio.create_task(self._answer(socket, message.get("text") or message.get("bytes") or b""))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
+                if len(pending) >= 16:  # those started run to their replies (counted in unsent) before more is read
+                    await asyncio.sleep(0)
         finally:
-            alive = False  # running requests finish (their sessions record the replies); nothing is cancelled
+            socket.end()  # running requests finish (their sessions record the replies); nothing is cancelled
+
+    async def _answer(self, socket: _Socket, raw: str | bytes) -> None:
+        """One WebSocket request carried out and its reply sent (or, the client gone, dropped)."""
+        try:
+            try:
+                request: Any = _decode(raw)
+            except ValueError:
+                request = None
+            rid = request.get("id") if isinstance(request, dict) else None
+            try:
+                if not _is_id(rid):  # one that could not be sent back, or would swell every reply
+                    rid = None
+                    raise Refusal(
+                        400,
+                        "bad_request",
+                        f"a message's id is a string of {MAX_ID_CHARS} characters at most, a number or null",
+                    )
+                if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+                    raise Refusal(400, "bad_request", 'each message is a JSON object with an "op"')
+                reply = {"id": rid, "ok": True, **(await self.dispatch(request["op"], request))}
+            except Refusal as refusal:
+                reply = {"id": rid, "ok": False, "status": refusal.status, **refusal.body()}
+                if refusal.retry_after is not None:
+                    reply["retry_after"] = refusal.retry_after
+            try:
+                data = _encode(reply)
+            except Refusal as refusal:
+                data = _encode({"id": rid, "ok": False, "status": refusal.status, **refusal.body()})
+            await socket.reply(data)
+        finally:
+            socket.done()
+
+
+class _Socket:
+    """One WebSocket's share of the server: replies go out one at a time; ``window`` bounds
+    requests in progress and ``room`` is cleared while more than ``MAX_UNSENT`` bytes of replies
+    wait to be sent (reading stops, so a client that does not read cannot make the server hold
+    more; ``GuardedWebSocket`` closes it once its replies sit unread for the request timeout).
+    With no request in progress it is idle in the guard's list, to be closed after
+    ``idle_s`` or to make room for a new connection."""
+
+    def __init__(self, send: Send, guard: ConnectionGuard, idle_s: float) -> None:
+        self._send, self.guard, self.idle_s = send, guard, idle_s
+        self.sending = asyncio.Lock()
+        self.window = asyncio.Semaphore(WINDOW)
+        self.room = asyncio.Event()
+        self.room.set()
+        self.unsent = 0
+        self.in_progress = 0
+        self.open = True
+        self.closing: asyncio.Task[None] | None = None
+        guard.socket_idle(self, self.close)
+
+    def begin(self) -> None:
+        self.in_progress += 1
+        self.guard.socket_busy(self)
+
+    def done(self) -> None:
+        self.window.release()
+        self.in_progress -= 1
+        if not self.in_progress and self.open:
+            self.guard.socket_idle(self, self.close)
+
+    def end(self) -> None:
+        self.open = False
+        self.guard.socket_busy(self)
+
+    async def reply(self, data: bytes) -> None:
+        self.unsent += len(data)
+        if self.unsent > MAX_UNSENT:
+            self.room.clear()
+        try:
+            if self.open:
+                async with self.sending:
+                    try:
+                        await self._send({"type": "websocket.send", "text": data.decode()})
+                    except Exception:  # noqa: BLE001 - the client left; the session keeps the reply
+                        self.open = False
+        finally:
+            self.unsent -= len(data)
+            if self.unsent <= MAX_UNSENT:
+                self.room.set()
+
+    def close(self) -> None:
+        """Close the socket for idling (its client reconnects when it needs to)."""
+        reason = f"idle: no request for {self.idle_s:g} s (or its connection was needed); reconnect to go on"
+        self.closing = asyncio.ensure_future(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        async with self.sending:
+            with contextlib.suppress(Exception):  # already closed
+                await self._send({"type": "websocket.close", "code": 1000, "reason": reason[:123]})
+
+
+def _is_id(rid: Any) -> bool:
+    """A WebSocket message's id: short text, a number or null."""
+    if isinstance(rid, str):
+        return len(rid) <= MAX_ID_CHARS
+    return rid is None or (isinstance(rid, int | float) and not isinstance(rid, bool))
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
     return next((v for k, v in scope["headers"] if k == name), None)
-
-
-# what an allowed page may send: the routes' methods, a token and a JSON body
-_PREFLIGHT = [
-    (b"access-control-allow-methods", b"GET, POST"),
-    (b"access-control-allow-headers", b"authorization, content-type"),
-    (b"access-control-max-age", b"600"),
-]
-
-
-def _with_cors(send: Send, origin: bytes) -> Send:
-    """``send`` for a request of an allowed origin: its page may read the reply."""
-
-    async def send_with_cors(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            cors = [(b"access-control-allow-origin", origin), (b"vary", b"origin")]
-            message = {**message, "headers": [*message.get("headers", []), *cors]}
-        await send(message)
-
-    return send_with_cors
 
 
 def _encode(obj: Any) -> bytes:
@@ -784,7 +850,7 @@ def serve(
         )
     _checked_token(token)  # a weak token is refused before any environment is built
     limits = fit_to_descriptors(factory, limits or ServerLimits(), on_warning or _warn)
-    app = EnvServer(factory, token=token, limits=limits, env_args=env_args)
+    app = EnvServer(factory, token=token, limits=limits, env_args=env_args, on_warning=on_warning)
     sock = listen(host, port)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, **app.uvicorn_options())
 
@@ -871,14 +937,14 @@ def descriptors_per_session(factory: Callable[[], Env]) -> int:
 def _spare_descriptors(threads: int) -> int:
     """File descriptors this process may still open, less a reserve for the server's own files
     and for environment calls in progress (pipes to a sandbox, a database opened for a step)."""
-    from ludus.serve.net import open_descriptors, raise_descriptor_limit
+    from ludus.serve.net import spare_descriptors
 
-    return raise_descriptor_limit() - open_descriptors() - 64 - 4 * threads
+    return spare_descriptors(64 + 4 * threads)
 
 
 def _first_task(env: Env) -> Task | None:
     for split in _SPLITS:
-        with contextlib.suppress(NotImplementedError):
+        with contextlib.suppress(Exception):  # a split that gives no task (EnvServer reports it): the next
             return env.task_source(split).get(0)
     return None
 

@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from ludus.core.types import Message, ToolCall, ToolSpec
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.policies.openai import arguments_from_wire, tool_call_to_wire
+from ludus.serve.browser import BrowserGuard, BrowserRules
 
 # Once a request is pending, wait this long for others to share its batch.
 BATCH_WINDOW_S = 0.002
@@ -334,14 +335,26 @@ def _problem(error: dict[str, Any]) -> str:
 
 
 # ---- the app -----------------------------------------------------------------------------------
-def create_app(policy: Policy, model_name: str, *, max_batch: int = 32, weight_updates: bool = False) -> FastAPI:
+def create_app(
+    policy: Policy,
+    model_name: str,
+    *,
+    max_batch: int = 32,
+    weight_updates: bool = False,
+    allow_origins: tuple[str, ...] = (),
+    allow_hosts: tuple[str, ...] = (),
+) -> FastAPI:
     """``GET /health``, ``GET /v1/models`` and ``POST /v1/chat/completions`` for ``policy``,
     served under ``model_name``; at most ``max_batch`` conversations share a ``generate`` call.
     A transformers model also answers ``POST /v1/completions``; ``weight_updates`` adds the
     weight endpoints (see the module docstring): anyone who reaches the server can then replace
-    the model's weights with files on this machine."""
+    the model's weights with files on this machine. Browser pages are refused unless
+    ``allow_origins`` names theirs, and DNS names other than localhost unless ``allow_hosts``
+    does (:class:`ludus.serve.browser.BrowserGuard`, as serve-env): a page the user opens must
+    not reach a server on their machine."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    rules = BrowserRules(allow_origins, allow_hosts)  # checked now: a bad flag stops the server at start
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -357,6 +370,7 @@ def create_app(policy: Policy, model_name: str, *, max_batch: int = 32, weight_u
             batcher.close()
 
     app = FastAPI(title=f"ludus model server: {model_name}", lifespan=lifespan)
+    app.add_middleware(BrowserGuard, rules=rules)
     created = int(time.time())
 
     @app.exception_handler(RequestValidationError)
