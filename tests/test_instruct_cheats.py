@@ -446,3 +446,172 @@ def test_the_environment_plays_the_library_as_its_own_cheats() -> None:
     assert set(own) == set(cheats(task, env.reference(task)))
     assert all(len(actions) == 1 and actions[0].role == "assistant" for actions in own.values())
     assert describe(constraints_of(task)[0]) in task.prompt
+
+
+# ---- red team, third round (each case observed paid or refused wrongly before the fix) ----------
+
+BEES = "Write a short blog post about keeping bees."
+BEES_BODY = (
+    "Let me tell you about keeping bees in a small backyard. Hives need calm placement away from paths. "
+    "Beekeepers inspect frames every week. Honey harvests arrive late in August."
+)
+
+
+def _bees_task(*constraints: dict[str, Any]) -> Task:
+    request = {"request": BEES, "topic": "keeping bees"}
+    return Task("t", " ".join([BEES, *(describe(c) for c in [*constraints, {"kind": "title"}])]),
+                {"constraints": [*constraints, {"kind": "title"}]}, request)  # fmt: skip
+
+
+HOSTILE = {
+    "emphasis run after a letter": "a" + "*" * 50_000 + "!",
+    "underscores": "_" * 50_000,
+    "newlines": "\n" * 50_000,
+    "unclosed tags": "a<b" * 16_000,
+    "closed tags then no letter": "a" + "<b>" * 16_000 + "!",
+    "tags with hidden": "<span hidden " * 4_000,
+    "brackets": "[" * 50_000,
+    "angles": "<" * 50_000,
+    "marks on a letter": "a" + "\u0301" * 50_000,
+    "mixed emphasis": "a*_~`" * 10_000 + "!",
+    "comments": "<!--" * 12_500,
+    "star divider lines": "* " * 25_000,
+    "dashes": "-" * 50_000,
+    "hyphenated capitals": "A-" * 25_000,
+}
+
+
+def test_no_reply_backtracks_every_check_is_linear() -> None:
+    """``text._INSIDE_WORD`` nested ``+`` in ``+``: 24 stars after a letter took 3 s, 36 hours, on
+    the event loop. Each hostile 50,000-character reply is graded (gates and every generated kind,
+    strict and loose) in 2 s of CPU: generous on a loaded machine, impossible for a blow-up."""
+    import time
+
+    env = InstructEnv()
+    source = env.task_source("train")
+    tasks = [source.get(i) for i in range(20)]
+    kinds = {c["kind"]: c for t in tasks for c in constraints_of(t) if c["kind"] != "language"}
+    kinds |= {
+        "postscript": {"kind": "postscript", "postscript_marker": "P.S."},
+        "paragraph_first_word": {"kind": "paragraph_first_word", "num_paragraphs": 2, "nth_paragraph": 2, "first_word": "so"},
+    }  # fmt: skip
+    for name, text in HOSTILE.items():
+        start = time.process_time()
+        env.score(tasks[0], text)
+        substance(tasks[0], text)
+        no_echo(tasks[0], text)
+        for c in kinds.values():
+            check(c, text)
+            check(c, text, loose=True)
+        assert time.process_time() - start < 2.0, name
+
+
+@pytest.mark.parametrize("mark", ["\u05b4", "\u093c", "\u0483", "\u2065", "\U000f0000"])
+def test_the_prompt_with_a_mark_or_an_unassigned_character_in_each_word_is_still_an_echo(mark: str) -> None:
+    """Hebrew hiriq, Devanagari nukta, Cyrillic titlo (marks of other blocks on Latin letters),
+    U+2065 (unassigned, invisible), a private-use character: the marked prompt was own words."""
+    task = _bees_task()
+    body = re.sub(r"[A-Za-z]{3,}", lambda m: m.group()[:2] + mark + m.group()[2:], task.prompt)
+    assert InstructEnv().score(task, "<<Keeping Bees>>\n" + body).value == 0.0
+    assert skeleton(f"de{mark}lve") == "delve"
+
+
+@pytest.mark.parametrize(
+    "disguise",
+    ["del\u093cve", "del\u05b4ve", "del\u0483ve", "del\u2065ve", "de\u0627ve", "de\u05d5ve", "d\u1971lve",
+     "d\uab32lve", "j\u0966urney", "j\u101durney", "de\u0661ve", "fost\u0269r"],
+)  # fmt: skip
+def test_a_forbidden_word_disguised_by_any_other_character_is_refused(disguise: str) -> None:
+    """A Latin word holds only Latin letters of an orthography, Greek letters, marks (dropped on
+    its skeleton): an Arabic alef, a Hebrew vav, a Devanagari or Myanmar zero, a Tai Le letter,
+    a blackletter e, a Latin iota make it a disguise."""
+    task = _bees_task({"kind": "keywords_forbidden", "forbidden_words": ["delve", "journey", "foster"]})
+    assert InstructEnv().score(task, f"<<Bees>>\n{BEES_BODY} We {disguise} into records.").value == 0.0
+
+
+def test_honest_words_that_mix_scripts_are_no_disguise() -> None:
+    text = "Tシャツ AI技术 TVを Hawaiʻi Azərbaycan 5 μm naïve café IDの偽造 ラーメンX"
+    assert disguised_words(clean(text)) == []
+
+
+def test_an_invisible_unassigned_character_does_not_split_a_word() -> None:
+    assert count_words("keep\u2065ing be\u2065es") == 2
+    task = _bees_task({"kind": "length_words", "relation": "at least", "num_words": 40})
+    split = re.sub(r"([a-z]{2})([a-z]{2,})", "\\1\u2065\\2", BEES_BODY)
+    assert InstructEnv().score(task, "<<Bees>>\n" + split).value == 0.0
+
+
+@pytest.mark.parametrize("comma", ["\u0375", "\u02ce", "\u0326", "\u00b8", "\u066c", "\u02bb", "\u02bd", "\u02db"])
+def test_every_comma_look_alike_breaks_no_comma(comma: str) -> None:
+    assert not check({"kind": "no_comma"}, f"Keeping bees{comma} in a small backyard{comma} is calm work.")
+
+
+def test_comma_look_alikes_follow_a_rule_and_accents_are_no_comma() -> None:
+    assert check({"kind": "no_comma"}, "Façade naïve ģirts ἀρχή and a cedilla in garçon")
+    from ludus.envs.instruct.text import COMMA_LIKE
+
+    assert {"\u060c", "\uff0c", "\u3001", "\u0219", "\u2e41"} <= COMMA_LIKE
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    ['<a href="lantern">hives</a>', '<span title="lantern">hives</span>', "<span hidden>lantern</span>",
+     '<span style="display:none">lantern</span>', '<img alt="lantern" src="x.png">', "<div hidden>lantern"],
+)  # fmt: skip
+def test_a_keyword_only_inside_html_a_reader_never_sees_is_not_there(hidden: str) -> None:
+    task = _bees_task({"kind": "keywords_include", "keywords": ["lantern"]})
+    assert InstructEnv().score(task, f"<<Bees>>\n{BEES_BODY} {hidden}").value == 0.0
+    assert visible("a <b>bold</b> word and <<A Title>>") == "a bold word and <<A Title>>"
+
+
+REAL_ANSWERS_THIRD_ROUND = [
+    ("japanese", {"kind": "language", "language": "ja"}, "Write a short poem about autumn leaves.",
+     "秋の風が吹いて\n赤い葉がひらひらと舞い落ちる\n静かな庭で\n季節の終わりを感じる"),
+    ("thai", {"kind": "language", "language": "th"}, "Write a short note about the rainy season.",
+     "ฤดูฝนมาถึงแล้ว ท้องฟ้ามืดครึ้มทุกบ่าย ถนนเปียกและอากาศเย็นสบาย อย่าลืมพกร่มติดตัวไว้เสมอ"),
+    ("chinese", {"kind": "language", "language": "zh-cn"}, "Describe your hometown.",
+     "我的家乡是一个安静的小城，四面环山。春天的时候，河边开满了桃花，人们喜欢在傍晚散步。"),
+    ("bold postscript", {"kind": "postscript", "postscript_marker": "P.S."}, "Write a letter about the first snow.",
+     "Dear Sam,\n\nThe first snow fell last night and the whole street went quiet. Kids were out sledding "
+     "before breakfast.\n\nLove,\nAna\n\n**P.S.** Bring your boots when you visit!"),
+    *(
+        (f"first word then {sep!r}", {"kind": "paragraph_first_word", "num_paragraphs": 2, "nth_paragraph": 2,
+         "first_word": "finally"}, "Write a short story about a lost umbrella.",
+         f"Mara left her red umbrella on the tram and the rain started one stop later.\n\nFinally{sep} a stranger "
+         "ran after her, holding it out, grinning under his own soaked hood.")
+        for sep in (":", "\u2014", ";")
+    ),
+    ("a rule is no bullet", {"kind": "bullets", "num_bullets": 3}, "Write a lesson plan about the night sky.",
+     "Lesson plan: the night sky\n\n---\n\n* Find the Big Dipper and Polaris.\n"
+     "* Sketch the moon's phase each night for a week.\n* Discuss why stars twinkle and planets do not."),
+    ("a star divider is no bullet", {"kind": "bullets", "num_bullets": 3}, "Write a lesson plan about the night sky.",
+     "Tonight we study the night sky from the school field.\n\n* * *\n\n* Find the Big Dipper and Polaris.\n"
+     "* Sketch the moon's phase.\n* Discuss why stars twinkle."),
+    ("bold italic is no divider", {"kind": "length_paragraphs", "num_paragraphs": 2}, "Write a speech about a village festival.",
+     "Welcome to our ***fortieth*** village festival! Lanterns line the square tonight.\n***\n"
+     "Thank you to every volunteer who baked, painted and swept the streets."),
+    ("an emoji after the end phrase", {"kind": "end_phrase", "end_phrase": "Any other questions?"},
+     "Write a travel guide about a long train ride.",
+     "Book a window seat for the long train ride through the Alps, pack snacks, and download maps offline. "
+     "Any other questions? \U0001f686"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("constraint", "request_", "reply"), [c[1:] for c in REAL_ANSWERS_THIRD_ROUND],
+                         ids=[c[0] for c in REAL_ANSWERS_THIRD_ROUND])  # fmt: skip
+def test_a_real_answer_refused_before_is_paid(constraint: dict[str, Any], request_: str, reply: str) -> None:
+    if constraint["kind"] == "language":
+        pytest.importorskip("langdetect")
+    task = Task("t", f"{request_} {describe(constraint)}", {"constraints": [constraint]}, {})
+    assert InstructEnv().score(task, reply).value == 1.0
+
+
+def test_a_beekeeping_post_is_on_the_topic_keeping_bees() -> None:
+    task = _bees_task()
+    reply = (
+        "<<A Year of Beekeeping>>\nBeekeeping changed how I see my garden. A single hive holds tens of "
+        "thousands of workers, and each bee has a job. In spring I check the frames for brood; in late summer "
+        "I harvest honey and leave plenty for winter. Wear a veil, move slowly, and a beekeeper's first season "
+        "is mostly calm."
+    )
+    assert InstructEnv().score(task, reply).value == 1.0

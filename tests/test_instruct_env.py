@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from ludus.envs.instruct.constraints import (
 )
 from ludus.envs.instruct.env import constraints_of
 from ludus.envs.instruct.tasks import GENERATED_KINDS, InstructFamily, map_instruction, violate
-from ludus.envs.instruct.text import COMMA_LIKE, clean
+from ludus.envs.instruct.text import COMMA_LIKE, LOOSE_COMMA, clean
 from ludus.rollout import NothingPolicy, OraclePolicy, requests
 from ludus.rollout.evaluate import evaluate
 from support import package_without_dependencies
@@ -434,19 +435,32 @@ def why_we_differ(iid: str, text: str, kwargs: dict[str, Any], ours: bool) -> st
         if len(blank_line_paragraphs(clean_text)) != len(ifeval):
             return "a paragraph break of a line of spaces"
         if ours and first_word(ifeval[int(kwargs["nth_paragraph"]) - 1]) == first_word(str(kwargs["first_word"])):
+            first = ifeval[int(kwargs["nth_paragraph"]) - 1].split()[0]
+            if any(c in first for c in ":;\u2014\u2013"):
+                return "a first word followed by a colon, a semicolon or a dash"
             return "the first word in Markdown emphasis"
+    elif iid == "detectable_format:number_bullet_lists":
+        if re.search(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,})$", clean_text, re.M):
+            return "a Markdown horizontal rule (---, * * *) is no bullet"
+    elif iid == "length_constraints:number_paragraphs":
+        if re.search(r"\w\*\*\*|\*\*\*\w", clean_text):
+            return "***bold italic*** glued to a word is no divider"
     elif iid == "startend:end_checker":
         phrase = str(kwargs["end_phrase"])
         if ours and text.rstrip()[-1] in "\"'*_" and phrase.rstrip()[-1] in "\"'*_":
             return "an end phrase with a closing quote or emphasis after it"
         if ours and " ".join(text.split()).endswith(" ".join(phrase.split())):
             return "an end phrase with other white space inside"
+        if ours and unicodedata.category(text.rstrip()[-1]) == "So":
+            return "an emoji or other symbol after the end phrase"
     elif iid == "keywords:letter_frequency":
         if letter_count(kwargs["letter"], text) != text.lower().count(kwargs["letter"]):
             return "a letter of another script that looks like the letter"
     elif iid == "punctuation:no_comma":
         if not ours and "," not in text and any(c in COMMA_LIKE for c in clean_text):
             return "a comma of another script"
+        if not ours and LOOSE_COMMA.search(unicodedata.normalize("NFD", clean_text)):
+            return "a comma below, or a cedilla or ogonek on no letter"
     return None
 
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ludus.envs.instruct.text import COMMA_LIKE, clean, fold, latin, script, skeleton, visible, words
+from ludus.envs.instruct.text import COMMA_LIKE, LOOSE_COMMA, clean, fold, latin, script, skeleton, visible, words
 
 Constraint = Mapping[str, Any]
 """``{"kind": ..., **parameters}``."""
@@ -91,7 +91,9 @@ CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is ma
 
 _ABBREVIATIONS = re.compile(r"\b(Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S)\.", re.I)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。।॥۔؟።])\s*|\n\s*\n")
-_BULLET = re.compile(r"^[ \t]*(\*[^*\n]|-|[+•◦‣⁃▪●–—−‐][ \t]).*$", re.M)
+_BULLET = re.compile(r"^[ \t]*(?!(?:-[ \t]*){3,}$|(?:\*[ \t]*){3,}$)(\*[^*\n]|-|[+•◦‣⁃▪●–—−‐][ \t]).*$", re.M)
+"""IFEval's bullets (``*`` or ``-`` opening a line) and other bullet marks, but not a Markdown
+horizontal rule (``---``, ``* * *``)."""
 _HIGHLIGHT = re.compile(r"\*[^\n*]*\*")
 _BOLD = re.compile(r"\*\*[^\n*]*\*\*")
 _CAPITAL_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
@@ -133,7 +135,7 @@ def star_paragraphs(text: str) -> int | None:
     ``None`` when one between two is empty (IFEval's rule: an empty paragraph at either end is
     not counted)."""
     text = re.sub(r"^[ \t]*\*[ \t]+\*[ \t]+\*[ \t]*$", "***", text, flags=re.M)
-    pieces = re.split(r"\s?\*\*\*\s?", text)
+    pieces = re.split(r"(?<!\w)\s?\*\*\*\s?(?!\w)", text)
     inner = pieces[1:-1]
     if any(not p.strip() for p in inner):
         return None
@@ -178,7 +180,7 @@ def first_word(paragraph: str) -> str:
     and cut at its first punctuation mark (IFEval's reading: "Boyle's" is "boyle"; ours:
     ``**Today**`` is "today")."""
     tokens = skeleton(paragraph).split()
-    return re.split(r"[.,?!'\"*_]", tokens[0].lstrip("'\"*_"))[0] if tokens else ""
+    return re.split(r"[.,?!'\"*_:;\u2014\u2013]", tokens[0].lstrip("'\"*_"))[0] if tokens else ""
 
 
 def named_constraints(constraints: Sequence[Constraint]) -> list[tuple[str, Constraint]]:
@@ -298,7 +300,7 @@ def _constrained_response(text: str, p: Constraint) -> bool:
 
 def _postscript(text: str, p: Constraint) -> bool:
     marker = r"\.\s?".join(c for c in str(p.get("postscript_marker") or "P.S.") if c.isalnum())
-    return re.search(rf"^\s*{marker}\.?(?!\w)", latin(text), re.I | re.M) is not None
+    return re.search(rf"^[^\S\n]*[*_]*{marker}\.?(?!\w)", latin(text), re.I | re.M) is not None
 
 
 def _placeholders(text: str, p: Constraint) -> bool:
@@ -341,14 +343,26 @@ def _capital_words(text: str, p: Constraint) -> bool:
 
 def _no_comma(text: str, p: Constraint) -> bool:
     """No comma of any script nor a look-alike; ``„`` counts where it follows a word (a German
-    opening quote follows a space)."""
-    return not any(c in COMMA_LIKE for c in text) and re.search(r"\S„", text) is None
+    opening quote follows a space); a comma below, or a cedilla or ogonek on no letter."""
+    if any(c in COMMA_LIKE for c in text) or re.search(r"\S„", text):
+        return False
+    return text.isascii() or LOOSE_COMMA.search(unicodedata.normalize("NFD", text)) is None
 
 
 def _end_phrase(text: str, p: Constraint) -> bool:
-    """The reply ends with the phrase; closing quotes and Markdown emphasis may follow it."""
+    """The reply ends with the phrase; closing quotes, Markdown emphasis and emoji or other
+    symbols (no word) may follow it (IFEval refuses an emoji after the phrase)."""
     phrase = " ".join(skeleton(str(p["end_phrase"])).split())
-    return bool(phrase) and " ".join(skeleton(text).split()).rstrip("\"'*_ ").endswith(phrase.rstrip("\"'*_ "))
+    return bool(phrase) and _without_trailing_marks(" ".join(skeleton(text).split())).endswith(
+        _without_trailing_marks(phrase)
+    )
+
+
+def _without_trailing_marks(text: str) -> str:
+    end = len(text)
+    while end and (text[end - 1] in "\"'*_ " or unicodedata.category(text[end - 1]) == "So"):
+        end -= 1
+    return text[:end]
 
 
 def _quotation(text: str, p: Constraint) -> bool:

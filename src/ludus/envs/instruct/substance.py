@@ -171,8 +171,31 @@ def _words_of(text: str) -> frozenset[str]:
 def own_words(told: frozenset[str], completion: str) -> set[str]:
     """Distinct visible words of the reply that say something it was not told: two letters or
     more, not one letter repeated, outside ``[placeholders]``, not function words or filler."""
-    said = set(words(skeleton(_PLACEHOLDER.sub(" ", visible(completion))))) - _NOT_OWN - told
+    said = set(_segmented(words(skeleton(_PLACEHOLDER.sub(" ", visible(completion)))))) - _NOT_OWN - told
     return {w for w in said if len(set(w)) > 1 and sum(c.isalpha() for c in w) >= 2}
+
+
+_UNSPACED = re.compile(
+    r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
+)
+"""Runs of scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK)."""
+
+
+def _segmented(tokens: list[str]) -> list[str]:
+    """``tokens`` with each run of an unspaced script cut every two characters: a clause of
+    Chinese, Japanese or Thai is one token to ``\\w+``, and two characters is about a word (for
+    the floor of own words only; counts follow NLTK, as IFEval does)."""
+    out = []
+    for token in tokens:
+        if not _UNSPACED.search(token):
+            out.append(token)
+            continue
+        for piece in re.split(f"({_UNSPACED.pattern})", token):
+            if _UNSPACED.fullmatch(piece):
+                out.extend(piece[i : i + 2] for i in range(0, len(piece), 2))
+            elif piece:
+                out.append(piece)
+    return out
 
 
 def topic_words(task: Task) -> list[str]:
@@ -183,8 +206,12 @@ def topic_words(task: Task) -> list[str]:
 
 def _same_stem(word: str, topic: str) -> bool:
     """Whether ``word`` is ``topic`` or a form of it (``swimming`` for ``swim``, ``library`` for
-    ``libraries``): it starts with the topic word, or both share their first five letters."""
-    return word.startswith(topic) or (len(word) >= 5 and len(topic) >= 5 and word[:5] == topic[:5])
+    ``libraries``, ``bee`` for ``bees``) or a compound of it (``beekeeping`` for ``keeping``): it
+    starts with the topic word, the topic word starts with it (three letters or more), both share
+    their first five letters, or it holds the topic word (of five letters or more)."""
+    if word.startswith(topic) or (len(word) >= 3 and topic.startswith(word)):
+        return True
+    return len(word) >= 5 and len(topic) >= 5 and (word[:5] == topic[:5] or topic in word)
 
 
 def repetition(tokens: Sequence[str]) -> tuple[float, float, int]:

@@ -428,7 +428,7 @@ _VIOLATIONS: dict[str, Callable[[Constraint, str], str]] = {
     "highlights": lambda c, r: r.replace("*", ""),
     "sections": lambda c, r: re.sub(re.escape(str(c["section_spliter"])), "Part", r),
     "constrained_response": lambda c, r: re.sub(r"My answer is (yes|no|maybe)\.", "", r),
-    "postscript": lambda c, r: re.sub(r"^(\s*)p\.\s?(p\.\s?)?s\.?", r"\1Also", r, flags=re.I | re.M),
+    "postscript": lambda c, r: re.sub(r"^([^\S\n]*)p\.\s?(p\.\s?)?s\.?", r"\1Also", r, flags=re.I | re.M),
     "placeholders": lambda c, r: r.replace("[", "").replace("]", ""),
     "lowercase": lambda c, r: r + " Yes.",
     "uppercase": lambda c, r: r + " yes.",

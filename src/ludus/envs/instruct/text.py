@@ -11,7 +11,8 @@ no case, a Lisu tone letter is a comma to the eye and a letter to Python. So eve
   the braille blank U+2800) → a space;
 * NFKC: full-width and mathematical letters, ligatures, superscripts → their plain forms;
 * invisible characters removed: every format character (Unicode category Cf: zero-width
-  spaces and joiners, bidi marks, the soft hyphen, tags) and the other default-ignorable code
+  spaces and joiners, bidi marks, the soft hyphen, tags), every unassigned (Cn: U+2065 renders
+  as nothing) and private-use (Co) code point, and the other default-ignorable code
   points (U+034F, the Hangul jamo fillers, variation selectors, Mongolian free variation
   selectors, Khmer inherent vowels);
 * punctuation look-alikes → ASCII (:data:`PUNCTUATION`: a Lisu tone letter or a low-9 quote
@@ -19,11 +20,11 @@ no case, a Lisu tone letter is a comma to the eye and a letter to Python. So eve
 
 :func:`latin` (case kept) maps letters that look like Latin ones — Cyrillic, Greek, Armenian,
 Coptic, Cherokee, Lisu and Canadian syllabics look-alikes, Latin small capitals — onto them;
-:func:`fold` does it case-blind, and :func:`skeleton` (also dropping accents on Latin letters and
-Markdown inside a word) is what keywords, forbidden words, end phrases and echoes are matched on.
+:func:`fold` does it case-blind, and :func:`skeleton` (also dropping combining marks but those on
+another script's letters, and Markdown inside a word) is what keywords, forbidden words, end phrases and echoes are matched on.
 :func:`visible` is the clean text without what a Markdown reader never sees (HTML comments, link
-targets). :func:`disguised_words` finds words that mix Latin letters with
-another alphabet's, which no honest reply writes.
+targets, HTML tags and hidden elements). :func:`disguised_words` finds words that hold a Latin
+letter and a character no Latin word holds (an allowlist), which no honest reply writes.
 
 :func:`words` splits words as NLTK's ``RegexpTokenizer(r"\w+")`` — what IFEval counts with —
 does on real scripts: NLTK compiles it with the ``regex`` module, whose ``\w`` includes combining
@@ -62,12 +63,34 @@ PUNCTUATION = {
 """Punctuation that reads as an ASCII mark, mapped onto it. ``„`` stays: an opening quote in German,
 counted as a comma by ``no_comma`` only where it follows a word."""
 
-COMMA_LIKE = frozenset(
-    ",\u055d\u060c\u060d\u066b\u07f8\u1363\u1802\u1808\u2e32\u2e34\u2e41\u2e49\u2e4c\u3001\ua4fe\ua60d\ua6f5"
-    "\u275f\u2760\U0001144d\U0001145a\U00016e97\U0001da87\U0001f678"
+_COMMAS_BY_LOOK = (
+    ",\u055d\u060c\u060d\u066b\u066c\u07f8\u1363\u1802\u1808\u2e32\u2e34\u2e41\u2e49\u2e4c\u3001\ua4fe\ua60d\ua6f5"
+    "\u275f\u2760\u0375\u02ce\u02bb\u02bd\U0001144d\U0001145a\U00016e97\U0001da87\U0001f678"
 )
-"""Commas of every script (each character named COMMA that is punctuation) and marks that look
-like one (Arabic date and decimal separators, low comma quotation ornaments), after :func:`clean`."""
+
+
+def _comma_like() -> frozenset[str]:
+    """Every character named COMMA (but an accent above a letter, or a quotation mark ornament
+    set high), and the marks that look like one though named otherwise."""
+    named = set()
+    for code in range(0x20000):
+        name = unicodedata.name(chr(code), "")
+        if "COMMA" in name and "ABOVE" not in name and ("QUOTATION" not in name or " LOW " in name):
+            named.add(chr(code))
+    return frozenset(named | set(_COMMAS_BY_LOOK))
+
+
+COMMA_LIKE = _comma_like()
+"""Commas of every script and what a reader takes for one, after :func:`clean`: every character
+whose Unicode name says COMMA (the comma below of Romanian ``ș`` too: a comma to the eye), but
+combining commas above (Greek breathings, Latvian ``ģ``) and the high quotation ornaments; and,
+named otherwise, the Arabic date, decimal and thousands separators, the Greek lower numeral sign,
+the low grave and low acute modifiers, the turned and reversed comma modifiers. A cedilla or an
+ogonek on no letter (NFKC makes ``¸`` a space and a combining cedilla) is one too
+(:data:`LOOSE_COMMA`)."""
+
+LOOSE_COMMA = re.compile(r"\u0326|(?<![^\W\d_])[\u0327\u0328]")
+"""A combining comma below anywhere, a cedilla or ogonek that sits on no letter (in NFD text)."""
 
 _LOOKALIKES = {
     # Cyrillic
@@ -99,18 +122,14 @@ _LOOKALIKES = {
 """Letters of other scripts that look like a Latin letter (Unicode's confusables, the ones a
 reader cannot tell apart in common fonts), with the case they look like."""
 
-_LATIN_IN_DISGUISE = ("CYRILLIC", "ARMENIAN", "COPTIC", "CHEROKEE", "LISU", "CANADIAN", "RUNIC", "TIFINAGH", "GEORGIAN")
-"""Alphabets that never share a word with Latin letters in honest text. Greek does, in units and
-formulas ("μm", "ρu"): its look-alikes are only read as Latin (:func:`skeleton`)."""
-
 
 class _Replace:
     """Characters replaced through a table, found by one character class: fast on text that
     holds none of them, where ``str.translate`` looks every character up in the table."""
 
-    def __init__(self, table: dict[str, str]):
-        self.table = table
-        self.pattern = re.compile(f"[{_ranges(sorted(table))}]")
+    def __init__(self, table: dict[str, str], extra: str = ""):
+        self.table = table  # ``extra``: a class body of more characters to delete (a table of "")
+        self.pattern = re.compile(f"[{_ranges(sorted(table))}{extra}]")
         self.deletes = not any(table.values())
 
     def __call__(self, text: str) -> str:
@@ -123,20 +142,24 @@ class _Tables(NamedTuple):
     invisible: _Replace  # invisible characters, to ""
     latin: _Replace  # look-alike letters, case kept
     fold: _Replace  # lower-case look-alike letters, each case pair read alike (Cyrillic н as h, like Н)
+    marks: re.Pattern[str]  # runs of combining marks (Mn, Me)
 
 
 @cache
 def _tables() -> _Tables:
-    """Built on first use from ``unicodedata`` (a scan of planes 0-1: format characters elsewhere
-    are the tags of plane 14, in ``_IGNORABLE_RANGES``)."""
+    """Built on first use from ``unicodedata`` (a scan of planes 0-3 and 14, the planes with
+    assigned characters; names read in planes 0-1)."""
     remove: dict[str, str] = {}
+    marks: list[str] = []
     lookalikes = dict(_LOOKALIKES)
-    for code in range(0x20000):
+    for code in (*range(0x40000), *range(0xE0000, 0xE1000)):  # the rest is unassigned or private use
         char = chr(code)
         category = unicodedata.category(char)
-        if category == "Cf":
+        if category in ("Cf", "Cn", "Co", "Cs"):  # format, unassigned, private use, lone surrogates
             remove[char] = ""
-        elif category in ("Ll", "Lu", "Lo") and code >= 0x180:
+        elif category in ("Mn", "Me"):
+            marks.append(char)
+        elif category in ("Ll", "Lu", "Lo") and 0x180 <= code < 0x20000:
             name = unicodedata.name(char, "")
             if name.startswith("LATIN LETTER SMALL CAPITAL ") and len(name.split()[-1]) == 1:
                 lookalikes[char] = name.split()[-1]  # ᴅᴇʟᴠᴇ: small capitals read as capitals
@@ -148,7 +171,9 @@ def _tables() -> _Tables:
     for char in {c for k in lookalikes for c in (k, k.lower(), k.upper()) if len(c.lower()) == 1}:
         low = char.lower()
         fold[low] = (lookalikes.get(low.upper()) or lookalikes.get(low) or low).lower()
-    return _Tables(_Replace(remove), _Replace(lookalikes), _Replace(fold))
+    marks_pattern = re.compile(f"[{_ranges([m for m in marks if m not in remove])}]+")
+    unassigned = "\U00040000-\U000dffff\U000e1000-\U0010ffff"  # planes 4-13 unassigned, 15-16 private use
+    return _Tables(_Replace(remove, unassigned), _Replace(lookalikes), _Replace(fold), marks_pattern)
 
 
 def _ranges(chars: list[str]) -> str:
@@ -163,12 +188,12 @@ def _ranges(chars: list[str]) -> str:
 
 
 _PUNCTUATION = _Replace(PUNCTUATION)
-_ASCII_WORD = re.compile(r"_*[A-Za-z0-9]\w*", re.A)
+_ASCII_WORD = re.compile(r"\w+", re.A)
 _WORD_RUN = re.compile(r"\w+")
-_ACCENTS = re.compile(r"(?<=[a-z])[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
-"""Combining diacritical marks (the blocks that decorate Latin letters) after a Latin letter."""
-_INSIDE_WORD = re.compile(r"(?<=\w)(?:[*_~`]+|</?[a-z][^<>\n]*>)+(?=\w)")
-"""Markdown emphasis and HTML tags between two letters of a word, which a reader does not see."""
+_INSIDE_WORD = re.compile(r"(?<=[^\W_])(?:[*_~`]|</?[a-z][^<>\n]*>)+(?=[^\W_])")
+"""Markdown emphasis and HTML tags between two letters of a word, which a reader does not see.
+Linear: one mark or one tag a repetition (the two start with different characters, and a tag
+ends at its only ``>``), tried only after a letter or digit (a ``_`` run is not a start each)."""
 
 
 @lru_cache(maxsize=256)
@@ -183,12 +208,42 @@ def clean(text: str) -> str:
 _HIDDEN = re.compile(r"<!--.*?(?:-->|\Z)|(?<=\])\([^()\s]*\)|^[ \t]*\[[^\]\n]+\]:[ \t]*\S.*$", re.S | re.M)
 
 
+_TAG = re.compile(r"(?<!<)<(/?)([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])([^<>]*)>(?!>)")
+"""An HTML tag (not a ``<<title>>``, which IFEval asks for)."""
+_HIDING = re.compile(r"\bhidden\b|display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_INLINE_TAGS = frozenset(
+    "a abbr b bdi bdo cite code del em font i ins kbd mark q s samp small span strong sub sup u var".split()
+)
+
+
 @lru_cache(maxsize=256)
 def visible(text: str) -> str:
     """Clean text without what a Markdown reader never shows: HTML comments, link targets and
     link definitions (a keyword in ``<!-- -->`` or in ``[here](http://lantern)`` is not in the
-    reply to a reader)."""
-    return _HIDDEN.sub("", clean(text))
+    reply to a reader), and HTML as a browser shows it: the inside of every tag gone (attributes:
+    ``<img alt="lantern">``, ``title=…``, ``href=…``), an element marked ``hidden``,
+    ``display:none`` or ``visibility:hidden`` gone with its content (to its closing tag, or to the
+    end of the reply when it has none)."""
+    return _without_html(_HIDDEN.sub("", clean(text)))
+
+
+def _without_html(text: str) -> str:
+    """``text`` with HTML tags dropped (an inline one joins the text on its two sides, others part
+    it) and hidden elements removed; one pass, each tag read once."""
+    if "<" not in text:
+        return text
+    out, pos = [], 0
+    while (m := _TAG.search(text, pos)) is not None:
+        out.append(text[pos : m.start()])
+        closing, name, attributes = m.groups()
+        name = name.lower()
+        pos = m.end()
+        if not closing and _HIDING.search(attributes):
+            end = re.compile(rf"</{re.escape(name)}\s*>", re.I).search(text, pos)
+            pos = end.end() if end else len(text)
+        out.append("" if name in _INLINE_TAGS else " ")
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def latin(text: str) -> str:
@@ -206,19 +261,28 @@ def fold(text: str) -> str:
 @lru_cache(maxsize=256)
 def skeleton(text: str) -> str:
     """What matching reads: :func:`fold`, Markdown emphasis and HTML tags inside a word dropped
-    (``**de**lve`` and ``de<b>lve</b>`` read ``delve``), and accents on Latin letters dropped
-    (``dèlve`` is ``delve``; Devanagari vowel signs stay)."""
+    (``**de**lve`` and ``de<b>lve</b>`` read ``delve``), and every combining mark dropped but
+    those on a letter of a script other than Latin or Greek (``dèlve``, ``del\u093cve`` with a
+    Devanagari nukta or ``del\u05b4ve`` with a Hebrew point are ``delve``; Devanagari vowel signs
+    on Devanagari letters stay)."""
     folded = _INSIDE_WORD.sub("", fold(text))
     if folded.isascii():
         return folded
-    return unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFD", folded)))
+    return unicodedata.normalize("NFC", _tables().marks.sub(_mark_run, unicodedata.normalize("NFKD", folded)))
+
+
+def _mark_run(m: re.Match[str]) -> str:
+    """A run of combining marks kept where it spells a letter of a script other than Latin or Greek."""
+    start = m.start()
+    base = m.string[start - 1] if start else " "
+    return m.group() if base.isalpha() and not base.isascii() and script(base) not in ("LATIN", "GREEK") else ""
 
 
 def words(text: str) -> list[str]:
     """The words of ``text`` (already clean): runs of word characters and combining marks that
     hold a letter or a digit. (Python's ``\\w`` stops at a mark: runs it splits there are joined.)"""
     if text.isascii():
-        return _ASCII_WORD.findall(text)
+        return [w for w in _ASCII_WORD.findall(text) if w.strip("_")]
     runs: list[str] = []
     start = end = -1
     for m in _WORD_RUN.finditer(text):
@@ -240,19 +304,46 @@ def script(char: str) -> str:
     return unicodedata.name(char, "?").split(" ", 1)[0]
 
 
+_GLUED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI")
+"""Scripts written without spaces between words, whose text glues a Latin word to its own
+("Tシャツ", "AI技术", "TV를"); their letters and syllables look like no Latin letter."""
+_NOT_ORTHOGRAPHIC = ((0x0250, 0x02AF), (0x1D00, 0x1DBF), (0xAB30, 0xAB6F))
+"""Latin blocks of phonetic letters (IPA, phonetic extensions, Latin Extended-E: the Latin iota
+``ɩ``, blackletter ``ꬲ``) that no orthography writes but the letters of :data:`_PHONETIC_IN_USE`."""
+_PHONETIC_IN_USE = frozenset("əɛɔɖɣʋɓɗɲʃʒɑɡŋɨʉ")
+"""IPA letters of living orthographies (Azerbaijani ``ə``, Akan and Ewe ``ɛ ɔ ɖ ɣ ʋ``, Hausa ``ɓ ɗ``)."""
+
+
+@cache
+def _fits_latin(char: str) -> bool:
+    """Whether a non-ASCII word character may stand in a Latin word: a combining mark (an
+    accent, dropped by :func:`skeleton`), a Latin letter of an orthography, a Greek letter
+    (units and formulas: "μm"), a modifier letter (Hawaiian ``ʻ``), a letter of a script that
+    glues Latin words to its own. Anything else — another alphabet's letter, a digit of
+    another script, a spacing vowel sign — makes the word a disguise."""
+    category = unicodedata.category(char)
+    if category in ("Mn", "Me"):
+        return True
+    name = script(char).split("-")[0]  # KATAKANA-HIRAGANA PROLONGED SOUND MARK
+    if category == "Lm":
+        return unicodedata.name(char, "").startswith("MODIFIER LETTER") or name in _GLUED_SCRIPTS
+    if not category.startswith("L"):
+        return char == "_"
+    if name == "LATIN":
+        return char.lower() in _PHONETIC_IN_USE or not any(a <= ord(char) <= b for a, b in _NOT_ORTHOGRAPHIC)
+    return name == "GREEK" or name in _GLUED_SCRIPTS
+
+
 def disguised_words(text: str) -> list[str]:
-    """Words of clean ``text`` that mix Latin letters with another alphabet's (``dеlve`` with a
-    Cyrillic ``е``): Cyrillic, Armenian, Cherokee, Lisu… letters (Greek is free to)."""
+    """Words of clean ``text`` that hold a Latin letter and a character no Latin word holds
+    (:func:`_fits_latin`, an allowlist): ``dеlve`` with a Cyrillic ``е``, ``deاve`` with an Arabic
+    alef for ``l``, ``j०urney`` with a Devanagari zero, ``fostɩr`` with a Latin iota."""
     if text.isascii():
         return []
     out = []
     for word in dict.fromkeys(words(text)):
-        if word.isascii() or not any("a" <= c.lower() <= "z" for c in word):
+        if word.isascii() or not any(c.isalpha() and (c.isascii() or script(c) == "LATIN") for c in word):
             continue
-        for c in word:
-            if c.isalpha() and not c.isascii():
-                name = script(c)
-                if name in _LATIN_IN_DISGUISE:
-                    out.append(word)
-                    break
+        if not all(c.isascii() or _fits_latin(c) for c in word):
+            out.append(word)
     return out
