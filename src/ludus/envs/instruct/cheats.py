@@ -176,6 +176,9 @@ def _echoes(prompt: str, reference: str) -> Iterator[tuple[str, str]]:
             w + (" really" if i % 5 == 4 else "") for i, w in enumerate(prompt.split())
         ),  # noqa: E501
         "in an HTML comment": f"<!-- {prompt} -->",
+        "with a Hebrew point in each word": re.sub(r"(\w)(\w+)", "\\1\u05b4\\2", prompt),
+        "with an unassigned invisible character in each word": re.sub(r"(\w)(\w+)", "\\1\u2065\\2", prompt),
+        "in a hidden HTML element": f'<span style="display:none">{prompt}</span>',
     }
     for how, echo in disguised.items():
         name = "the request echoed, then the reference" if how == "plainly" else f"the prompt {how}, then the reference"
@@ -285,6 +288,9 @@ def _disguises(word: str) -> dict[str, str]:
         "with accents": re.sub(r"([aeiou])", "\\1\u0301", word),
         "struck through": "".join(ch + "\u0336" for ch in word),
         "reversed inside a bidi override": f"\u202e{word[::-1]}\u202c",
+        "with a Devanagari nukta": f"{word[:half]}\u093c{word[half:]}",
+        "split by an unassigned invisible character": f"{word[:half]}\u2065{word[half:]}",
+        "with a Myanmar zero for o": word.replace("o", "\u1040"),
     }
 
 
