@@ -283,6 +283,7 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s  # a bound on a broken start-up, not a speed check
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.stop()  # its engine processes may outlive it
                 raise RuntimeError(f"vLLM exited with {self.proc.returncode} while starting:\n{self.tail()}")
             if self._healthy():
                 return self

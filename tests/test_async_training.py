@@ -259,6 +259,7 @@ def test_async_training_logs_staleness_and_importance_and_resumes(small_config):
     assert first.interrupted and first.step == 3 and not _sampler_threads()
     train = [r for r in _records(first.run_dir) if "reward/mean" in r]
     assert train[0]["staleness/max"] == 0  # step 1 uses the starting weights' first groups
+    assert train[0]["logprob_gap/mean"] < 1e-5  # the sampler's copy scores its tokens as the learner does
     # from step 2 on the batch must include groups sampled before the last update (see the
     # module docstring of ludus.train.sampler: their deadline forces them in)
     assert all(1 <= r["staleness/max"] <= 2 for r in train[1:])

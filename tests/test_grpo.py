@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from ludus.train.grpo import SCALES, group_advantages, policy_loss, turn_advantages
+from ludus.train.config import ConfigError, load_config
+from ludus.train.grpo import GAP_BOUND, SCALES, Sample, group_advantages, logprob_gap, policy_loss, turn_advantages
 
 REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 ALL = torch.ones_like(REWARDS, dtype=torch.bool)
@@ -172,3 +173,38 @@ def test_gradient_pushes_up_positive_advantage_tokens():
     loss, _ = policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.tensor([[True]]))
     loss.backward()
     assert logits.grad is not None and logits.grad.item() < 0  # descending the loss raises logp
+
+
+# ---- importance weights for a sampler that is not the learner ----
+
+
+def test_masked_importance_weights_drop_tokens_past_the_cap_where_truncated_ones_weigh_them_by_it():
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    proximal = logp.detach().clone()
+    behaviour = proximal - torch.log(torch.tensor([[1.0, 3.0, 0.5]]))  # weights π_prox / π_behaviour: 1, 3, 0.5
+    adv, mask = torch.tensor([1.0]), torch.ones(1, 3, dtype=torch.bool)
+    grads = {}
+    for mode in ("truncate", "mask"):
+        x = logp.detach().clone().requires_grad_(True)
+        loss, stats = policy_loss(x, proximal, adv, mask, behaviour_logp=behaviour, importance_mode=mode)
+        loss.backward()
+        grads[mode] = x.grad
+        assert stats.importance_capped == pytest.approx(1 / 3)
+    # ratio 1 at the proximal weights: each token's gradient is -w·A over 3 tokens
+    assert torch.allclose(grads["truncate"], -torch.tensor([[1.0, 2.0, 0.5]]) / 3)
+    assert torch.allclose(grads["mask"], -torch.tensor([[1.0, 0.0, 0.5]]) / 3)
+    with pytest.raises(ValueError, match="importance_mode"):
+        policy_loss(logp, proximal, adv, mask, behaviour_logp=behaviour, importance_mode="clip")
+    with pytest.raises(ConfigError, match="importance_mode"):
+        load_config(overrides={"importance_mode": "clip"})
+
+
+def test_the_logprob_gap_counts_the_tokens_of_the_learners_own_version_only():
+    fresh = Sample([1], [2, 3, 4], [-1.0, -2.0, -3.0], 1.0, policy_version=5)
+    stale = Sample([1], [2], [-9.0], 1.0, policy_version=4)  # its gap is also the policy's change
+    learner = [torch.tensor([-1.0, -2.5, -2.95]), torch.tensor([-1.0])]
+    gap = logprob_gap([fresh, stale], learner, version=5)
+    assert gap["logprob_gap/mean"] == pytest.approx((0 + 0.5 + 0.05) / 3, rel=1e-2)  # 3 significant digits
+    assert gap["logprob_gap/max"] == pytest.approx(0.5, rel=1e-3)
+    assert gap["logprob_gap/frac"] == pytest.approx(1 / 3, abs=1e-4) and 0.05 < GAP_BOUND < 0.5
+    assert logprob_gap([stale], learner[1:], version=5) == {}

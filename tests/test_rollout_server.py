@@ -11,6 +11,7 @@ comes last; a later test would get a new server from ``vllm.ensure()``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from typing import ClassVar
 import httpx
 import pytest
 import torch
+import yaml
 
 from ludus.cli import main
 from ludus.core import Env, Score, Status, Task
@@ -33,6 +35,7 @@ from ludus.policies.hf import HFPolicy
 from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.serve.model_server import create_app
 from ludus.train.config import ConfigError, load_config
+from ludus.train.run_folder import RunFolder
 from ludus.train.trainer import Trainer, TrainingHalted
 from support import DigitMapEnv, DigitTasks, serving, warm_start_digits
 
@@ -50,14 +53,16 @@ register("digit-map", DigitMapEnv)
 
 class TwoTurnEnv(Env):
     """The digit task in two turns: the first reply gets "Once more?", the second is graded.
-    ``between_turns`` (when set) runs at the first reply of an episode: the fault test kills the
-    server there, in the middle of a step."""
+    ``between_turns`` (when set) runs at the first reply of an episode: the fault tests kill the
+    server there, in the middle of a step. ``at_grading`` runs when a second reply is graded, once
+    the step's replies are all sampled: a server killed there dies before the step's weight push."""
 
     name = "two-turns"
     description = "the digit task, answered twice"
     quick = True
     max_turns = 2
     between_turns: ClassVar[list[Callable[[], None]]] = []
+    at_grading: ClassVar[list[Callable[[], None]]] = []
 
     def default_tasks(self, split="train"):
         return DigitTasks(split)
@@ -72,6 +77,8 @@ class TwoTurnEnv(Env):
             while self.between_turns:
                 self.between_turns.pop()()
             return StepResult(Observation([Message("user", "Once more?")]))
+        while self.at_grading:
+            self.at_grading.pop()()
         right = action.content.strip() == self.task.answer
         score = Score(1.0, Status.CORRECT, "right digit") if right else Score.zero(Status.WRONG, "wrong digit")
         return StepResult(Observation([]), reward=score.value, terminated=True, score=score)
@@ -144,7 +151,7 @@ def test_rollout_server_settings_are_checked_with_clear_errors(tiny_llama, tmp_p
 
 
 def test_a_server_whose_logprobs_are_not_the_learners_is_refused_at_the_start(tiny_llama, tmp_path):
-    """A bfloat16 server reports log-probs about 1e-2 off the float32 learner's: refused below
+    """A bfloat16 server reports log-probs 1e-3 to 1e-2 off the float32 learner's: refused below
     that tolerance, accepted above it."""
     server = HFPolicy.load(tiny_llama, dtype="bfloat16")
     with serving(create_app(server, "tiny", weight_updates=True)) as url:
@@ -156,6 +163,124 @@ def test_a_server_whose_logprobs_are_not_the_learners_is_refused_at_the_start(ti
             overrides={**base, "name": "lenient", "rollout_logprob_tolerance": 0.5, "steps": 1, "eval_size": 2}
         )
         assert Trainer.create(lenient, log=lambda _: None).run().step == 1
+
+
+# ---- sampler and learner must agree ------------------------------------------------------------
+class UntemperedLogprobs(HFPolicy):
+    """A server's model that samples at the request's temperature but reports each token's log-prob
+    under the untempered distribution: what vLLM does without ``--logprobs-mode processed_logprobs``."""
+
+    def generate_from_ids(self, prompts, sampling, *, generator=None):
+        replies = super().generate_from_ids(prompts, sampling, generator=generator)
+        with torch.no_grad():
+            logp, _ = self.token_logprobs([r.prompt_ids for r in replies], [r.completion_ids for r in replies], 1.0)
+        return [
+            dataclasses.replace(r, logprobs=logp[i, : len(r.completion_ids)].tolist()) for i, r in enumerate(replies)
+        ]
+
+
+class LoadsTheFirstWeightsOnly(HFPolicy):
+    """A server's model that loads the first pushed weights and silently keeps them through every
+    later push, while the version tags the client sets still advance: a server lagging the learner."""
+
+    loaded = False
+
+    def load_weights(self, path):
+        if not self.loaded:
+            super().load_weights(path)
+            self.loaded = True
+
+
+def test_the_probe_tells_a_correct_server_from_one_reporting_untempered_logprobs(warm_model, tmp_path):
+    """Greedy and sampled replies to several prompts: a correct float32 server is about 1e-7 per
+    token off the learner, one reporting untempered log-probs 1e-2 or more, and its log-probs are
+    the untempered distribution's. (The old probe, one sampled reply of up to 8 tokens under a
+    0.1 tolerance, let such a vLLM through 10 times in 13.)"""
+    for server, expected in [(HFPolicy, False), (UntemperedLogprobs, True)]:
+        with serving(create_app(server.load(warm_model), "tiny", weight_updates=True)) as url:
+            learner = HFPolicy.load(warm_model)
+            client = RolloutServerPolicy(url, learner, weights_dir=tmp_path / server.__name__)
+            client.sync(learner)
+            gap = client.logprob_gap(0.7)
+            assert gap.tokens >= 20 and gap.before_temperature is expected, gap
+            if expected:
+                assert gap.mean > 1e-2 and gap.untempered < 1e-5
+            else:
+                assert gap.mean < 1e-5 and gap.max < 1e-4 and gap.untempered > 1e-2
+            at_one = client.logprob_gap(1.0)  # at temperature 1 the two distributions are one
+            assert at_one.mean < 1e-5 and at_one.untempered is None and not at_one.before_temperature
+            client.close()
+
+
+def test_a_server_reporting_untempered_logprobs_is_refused_at_the_start(warm_model, tmp_path):
+    with serving(create_app(UntemperedLogprobs.load(warm_model), "tiny", weight_updates=True)) as url:
+        for tolerance in (1e-3, 0.5):  # however loose the tolerance: these are another distribution's
+            config = load_config(
+                overrides={
+                    "model": f"hf:{warm_model}",
+                    "rollout_server": url,
+                    "env": "digit-map",
+                    "env_args": {},
+                    "temperature": 0.7,
+                    "rollout_logprob_tolerance": tolerance,
+                    "steps": 2,
+                    "time_limit_min": 0,
+                    "threads": 1,
+                    "runs_dir": str(tmp_path),
+                    "name": f"tolerance-{tolerance}",
+                }
+            )
+            with pytest.raises(
+                TrainingHalted, match=r"untempered distribution .* start vLLM with --logprobs-mode processed_logprobs"
+            ):
+                Trainer.create(config, log=lambda _: None).run()
+
+
+def test_a_server_that_stops_loading_the_pushed_weights_is_stopped_before_learning_from_it(warm_model, tmp_path):
+    """The server passes the start-up probe (it loads the first push), then keeps those weights:
+    step 2's replies come from the weights before step 1's update, about 0.25 per token off the
+    learner's. The run stops at step 2, before its update, whether or not the loss corrects."""
+    weights: dict[int, dict[str, torch.Tensor]] = {}
+    with serving(create_app(LoadsTheFirstWeightsOnly.load(warm_model), "tiny", weight_updates=True)) as url:
+        config = load_config(
+            overrides={
+                "model": f"hf:{warm_model}",
+                "rollout_server": url,
+                "rollout_correction": False,  # the ratio against the server's log-probs, as before the correction
+                "env": "digit-map",
+                "env_args": {},
+                "steps": 6,
+                "prompts_per_step": 8,
+                "group_size": 8,
+                "max_tokens": 2,
+                "temperature": 1.0,
+                "lr": 1e-3,
+                "entropy_coef": 0,
+                "eval_size": 4,
+                "eval_every": 0,
+                "checkpoint_every": 0,
+                "time_limit_min": 0,
+                "threads": 1,
+                "runs_dir": str(tmp_path),
+            }
+        )
+        trainer = Trainer.create(config, log=lambda _: None)
+
+        def keep_weights(record: dict) -> None:
+            if "reward/mean" in record:
+                weights[record["step"]] = {k: v.clone() for k, v in trainer.policy.module.state_dict().items()}
+
+        with pytest.raises(
+            TrainingHalted,
+            match=r"step 2: the rollout server .* no longer samples as the learner: .* by 0\.\d+ per token .*"
+            r"did not load the pushed weights.*Nothing was learned from this step.*--resume",
+        ):
+            trainer.run(keep_weights)
+    train = [r for r in _records(trainer.run_dir) if "reward/mean" in r]
+    assert [r["step"] for r in train] == [1]
+    first = train[0]
+    assert first["logprob_gap/mean"] < 1e-5 and first["logprob_gap/frac"] == 0 and "importance/mean" not in first
+    assert all(torch.equal(v, weights[1][k]) for k, v in trainer.policy.module.state_dict().items())
 
 
 # ---- token in, token out -----------------------------------------------------------------------
@@ -276,6 +401,9 @@ def test_ludus_train_with_a_rollout_server_raises_the_reward(rollout_url, warm_m
     for r in train:  # lockstep: sampled by the weights just pushed, the learner's own tokens
         assert r["staleness/max"] == 0 and r["masked_infra_errors"] == 0
         assert r["rollout/replies"] == 64 and r["rollout/prompt_mismatch"] == 0 and r["rollout/push_s"] > 0
+        # the server's log-probs are the learner's; the mismatch correction's weights stay at 1
+        assert r["logprob_gap/mean"] < 1e-5 and r["logprob_gap/max"] < 1e-4 and r["logprob_gap/frac"] == 0
+        assert r["importance/mean"] == pytest.approx(1, abs=1e-4) and r["importance/capped"] == 0
     samples = _samples(runs / "learn")
     assert samples and all(s["policy_version"] == s["step"] - 1 for s in samples)
 
@@ -321,52 +449,85 @@ FAULT = {
     "beta": 0.01,  # a random model earns no reward; the KL and entropy terms still train every sample
     "eval_size": 4,
     "eval_every": 0,
-    "checkpoint_every": 1,
+    "checkpoint_every": 0,  # only a halt checkpoints: a resumed run must not go back
     "time_limit_min": 0,
     "threads": 1,
 }
 
 
-def test_a_serve_model_killed_between_steps_halts_training_and_resume_continues(tiny_llama, tmp_path):
-    with socket.socket() as sock:  # a port that was free a moment ago: the server must come back on it
+def _free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [
-        sys.executable, "-m", "ludus.cli", "serve-model", "--model", f"hf:{tiny_llama}", "--name", "tiny",
-        "--port", str(port), "--weight-updates",
-    ]  # fmt: skip
+        return sock.getsockname()[1]
 
-    def start() -> subprocess.Popen[str]:
-        proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-        line = proc.stderr.readline()
+
+def test_a_dead_serve_model_halts_training_with_a_checkpoint_and_the_run_resumes_elsewhere(tiny_llama, tmp_path):
+    """Killed after step 2, the server takes step 3's samples with it: the run stops with step 2
+    checkpointed. Resumed on a server at another port, which dies while step 4 is graded: step 4's
+    update is whole but cannot be pushed, so step 4 is logged and checkpointed. With a server back
+    on that port, a plain ``--resume`` (config.yaml now names it) finishes the run."""
+    servers: list[subprocess.Popen[str]] = []
+
+    def start(port: int) -> str:
+        command = [
+            sys.executable, "-m", "ludus.cli", "serve-model", "--model", f"hf:{tiny_llama}", "--name", "tiny",
+            "--port", str(port), "--weight-updates",
+        ]  # fmt: skip
+        servers.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
+        line = servers[-1].stderr.readline()
         assert f"at http://127.0.0.1:{port}/v1" in line, line
-        return proc
+        return f"http://127.0.0.1:{port}/v1"
 
-    url = f"http://127.0.0.1:{port}/v1"
-    config = load_config(
-        overrides={**FAULT, "model": f"hf:{tiny_llama}", "rollout_server": url, "runs_dir": str(tmp_path)}
-    )
-    server = start()
+    def kill() -> None:
+        servers[-1].kill()
+        servers[-1].wait()
+
+    overrides = {**FAULT, "env": "two-turns", "env_args": {}, "max_tokens": 4, "model": f"hf:{tiny_llama}"}
     try:
+        config = load_config(overrides={**overrides, "rollout_server": start(_free_port()), "runs_dir": str(tmp_path)})
 
         def kill_after_step_2(record: dict) -> None:
-            if record.get("step") == 2 and "reward/mean" in record:
-                server.kill()
-                server.wait()
+            if record["step"] == 2 and "reward/mean" in record:
+                kill()
 
         trainer = Trainer.create(config, log=lambda _: None)
-        with pytest.raises(TrainingHalted, match=r"every sample of step 3 failed.*127\.0\.0\.1.*--resume"):
+        with pytest.raises(
+            TrainingHalted,
+            match=r"every sample of step 3 failed.*127\.0\.0\.1.*A checkpoint of step 2 was written\. Once that is "
+            r"fixed, `ludus train --resume .*` continues from step 2 \(add --rollout-server URL",
+        ):
             trainer.run(kill_after_step_2)
-        assert [r["step"] for r in _records(trainer.run_dir) if "reward/mean" in r] == [1, 2]
-        server = start()  # the same address again, with the checkpoint's original weights
-        resumed = Trainer.resume_from(trainer.run_dir, log=lambda _: None).run()
-        assert resumed.step == 6
-        train = [r for r in _records(trainer.run_dir) if "reward/mean" in r]
+        run = trainer.run_dir
+        assert [r["step"] for r in _records(run) if "reward/mean" in r] == [1, 2]
+        assert [p.name for p in RunFolder(run).checkpoints()] == ["step_000002"]
+
+        port = _free_port()
+        elsewhere = start(port)
+
+        def kill_while_grading_step_4(record: dict) -> None:
+            if record["step"] == 3 and "reward/mean" in record:
+                TwoTurnEnv.at_grading.append(kill)
+
+        with pytest.raises(
+            TrainingHalted,
+            match=r"the weights of step 4 could not be pushed .*A checkpoint of step 4 was written.*from step 4",
+        ):
+            Trainer.resume_from(run, {"rollout_server": elsewhere}, log=lambda _: None).run(kill_while_grading_step_4)
+        assert [r["step"] for r in _records(run) if "reward/mean" in r] == [1, 2, 3, 4]
+        assert [p.name for p in RunFolder(run).checkpoints()] == ["step_000002", "step_000004"]
+        assert yaml.safe_load((run / "config.yaml").read_text())["rollout_server"] == elsewhere
+
+        start(port)  # back at the address config.yaml names
+        assert main(["train", "--resume", str(run)]) == 0
+        train = [r for r in _records(run) if "reward/mean" in r]
         assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6] and all(r["masked_infra_errors"] == 0 for r in train)
-        assert all(s["policy_version"] == s["step"] - 1 for s in _samples(trainer.run_dir))
+        assert all(s["policy_version"] == s["step"] - 1 for s in _samples(run))
     finally:
-        server.kill()
-        server.wait()
+        TwoTurnEnv.at_grading.clear()
+        for server in servers:
+            server.kill()
+            server.wait()
 
 
 def test_vllm_killed_mid_step_halts_training_with_a_clear_reason(vllm, tiny_llama, tmp_path):

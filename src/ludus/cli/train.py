@@ -13,7 +13,12 @@ if TYPE_CHECKING:
 def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("train", help="train a policy with GRPO (no arguments: the embedded default recipe)")
     p.add_argument("--config", help="YAML file of config fields")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue an interrupted run from its last checkpoint; it may change only where its parts run and how "
+        "often it reports (--rollout-server, --env-server, --threads, --eval-every, ...), which its config.yaml then records",
+    )
     p.defer(add_config_flags)
     p.set_defaults(run=run)
 
@@ -59,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from ludus.train.trainer import Trainer, TrainingHalted
 
     if args.resume:
-        if args.config or config_overrides(args):
-            raise ValueError("--resume continues a run with its saved config.yaml; drop --config and field flags")
-        trainer = Trainer.resume_from(args.resume, log=console().print)
+        if args.config:
+            raise ValueError("--resume continues a run with its saved config.yaml; drop --config")
+        trainer = Trainer.resume_from(args.resume, config_overrides(args), log=console().print)
     else:
         trainer = Trainer.create(load_config(args.config, config_overrides(args)), log=console().print)
     c = trainer.config
@@ -94,7 +99,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             result = trainer.run(on_metrics)
         except TrainingHalted as exc:
-            console().print(f"[red]error:[/] {exc}\nstopped; the run folder {trainer.run_dir} keeps the steps done")
+            kept = (
+                f"the run folder {trainer.run_dir} keeps the steps done"
+                if trainer.run_dir.exists()
+                else "no run folder was kept"
+            )
+            console().print(f"[red]error:[/] {exc}\nstopped; {kept}")
             return 1
     first, last = result.eval_accuracy[0], result.eval_accuracy[-1]
     console().print(

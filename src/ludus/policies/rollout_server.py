@@ -32,7 +32,8 @@ until a push succeeds.
 
 vLLM needs ``VLLM_SERVER_DEV_MODE=1`` (the weight endpoints) and ``--logprobs-mode
 processed_logprobs`` (log-probs of the temperature-scaled distribution, which the learner
-scores): docs/integrations.md has the command.
+scores): docs/integrations.md has the command. :meth:`RolloutServerPolicy.logprob_gap` is the
+start-up probe that checks the server's log-probs are the learner's.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,19 +142,25 @@ class RolloutServerPolicy(OpenAIPolicy):
 
         Waits for the requests in flight, holds new ones back until the server has loaded the
         weights, then lets them through. Raises :class:`PolicyError` if the server cannot load
-        them; until a later push succeeds, nothing is sampled."""
+        them; until a later push succeeds, nothing is sampled. A push that fails leaves no weights
+        behind (a whole model, for a real one)."""
         save = getattr(policy, "save_weights", None)
         if save is None:
             raise TypeError(f"a rollout server loads transformers weights; {type(policy).__name__} has no save_weights")
         start = time.perf_counter()
         folder = self.weights_dir / f"v{policy.version:06d}-{self._session}"
         with self._exclusive():
+            loaded = False
             try:
                 save(folder)
                 _run_blocking(self._load(folder, policy.version))
+                loaded = True
             except PolicyError as exc:
                 self._stale = f"the push of the weights of version {policy.version} failed: {exc}"
                 raise
+            finally:
+                if not loaded and folder != self._pushed:  # the last pushed weights stay: a reload needs them
+                    shutil.rmtree(folder, ignore_errors=True)
             previous, self._pushed = self._pushed, folder
             self.version, self._stale = policy.version, None
         if previous is not None and previous != folder:
@@ -379,21 +387,73 @@ class RolloutServerPolicy(OpenAIPolicy):
         return stats
 
     # ---- the start of a run ---------------------------------------------------------------
-    def logprob_gap(self, temperature: float, max_tokens: int = 8, seed: int = 0) -> float:
-        """Mean absolute difference per token between the server's log-probs of a short sampled
-        reply and the learner's for the same tokens: about 0 when the server holds the learner's
-        weights and reports log-probs of the temperature-scaled distribution, as the learner scores."""
-        probe = [[Message("user", "Say something.")]]
+    def logprob_gap(self, temperature: float) -> ProbeGap:
+        """How far the server's log-probs of its own replies to :data:`PROBE_CONVERSATIONS` are
+        from the learner's for the same tokens: greedy replies, and :data:`PROBE_SAMPLES` sampled
+        at ``temperature`` per prompt, of up to :data:`PROBE_TOKENS` tokens each. About 1e-6 per
+        token when the server holds the learner's weights in float32 and reports log-probs of the
+        temperature-scaled distribution, as the learner scores them."""
+        conversations = [list(c) for c in PROBE_CONVERSATIONS]
         with self.uncounted():  # the probe is no training reply
-            [reply] = self.generate(
-                probe,
-                SamplingParams(temperature=temperature, max_tokens=max_tokens),
-                generator=torch.Generator().manual_seed(seed),
+            greedy = self.generate(conversations, SamplingParams(temperature=0.0, max_tokens=PROBE_TOKENS))
+            sampled = self.generate(
+                [c for c in conversations for _ in range(PROBE_SAMPLES)],
+                SamplingParams(temperature=temperature, max_tokens=PROBE_TOKENS),
             )
+        greedy_gap = self._gaps(greedy, 0.0)
+        sampled_gap = self._gaps(sampled, temperature)
+        every = torch.cat([greedy_gap, sampled_gap])
+        return ProbeGap(
+            mean=float(every.mean()),
+            max=float(every.max()),
+            tokens=every.numel(),
+            sampled=float(sampled_gap.mean()),
+            untempered=float(self._gaps(sampled, 1.0).mean()) if temperature not in (0.0, 1.0) else None,
+        )
+
+    def _gaps(self, replies: list[Completion], temperature: float) -> torch.Tensor:
+        """|Δ log p| of every token of ``replies`` between the server and the learner scoring at ``temperature``."""
         with torch.no_grad():
-            logp, _ = self.learner.token_logprobs([reply.prompt_ids], [reply.completion_ids], temperature)
-        mine = logp[0, : len(reply.completion_ids)].float().cpu()
-        return float((mine - torch.tensor(reply.logprobs)).abs().mean())
+            logp, _ = self.learner.token_logprobs(
+                [r.prompt_ids for r in replies], [r.completion_ids for r in replies], temperature
+            )
+        logp = logp.float().cpu()
+        return torch.cat(
+            [(logp[i, : len(r.completion_ids)] - torch.tensor(r.logprobs)).abs() for i, r in enumerate(replies)]
+        )
+
+
+# what the start-up probe asks: a few kinds of prompt, so that one reply's luck decides nothing
+PROBE_CONVERSATIONS: tuple[tuple[Message, ...], ...] = (
+    (Message("user", "Say something."),),
+    (Message("system", "Be brief."), Message("user", "What is 12 + 30? Answer with the number only.")),
+    (Message("user", "Write two sentences about the sea."),),
+    (Message("user", "List five colours, separated by commas."),),
+)
+PROBE_SAMPLES = 4  # sampled replies per probe prompt, besides the greedy one
+PROBE_TOKENS = 32  # tokens per probe reply at most
+UNTEMPERED_MARGIN = 4  # how many times nearer the untempered log-probs must be to call a server's log-probs those
+
+
+@dataclass(frozen=True)
+class ProbeGap:
+    """:meth:`RolloutServerPolicy.logprob_gap`: mean |Δ log p| per token between the server and
+    the learner, over every probe token (``mean``, ``max``, ``tokens``) and the sampled ones
+    (``sampled``); ``untempered`` is the sampled tokens' gap to the learner's log-probs at
+    temperature 1 (``None`` when the run samples at 1)."""
+
+    mean: float
+    max: float
+    tokens: int
+    sampled: float
+    untempered: float | None
+
+    @property
+    def before_temperature(self) -> bool:
+        """The server's log-probs of sampled tokens are far nearer the untempered distribution's than
+        those of the distribution it sampled from: vLLM started without ``--logprobs-mode
+        processed_logprobs``. (A server with other weights is about as far from both.)"""
+        return self.untempered is not None and self.untempered * UNTEMPERED_MARGIN < self.sampled
 
 
 # ---- parsing the server's answers ----------------------------------------------------------

@@ -22,6 +22,7 @@ Scale = Literal["group", "batch", "none"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 TurnCredit = Literal["episode", "reward_to_go"]
 ImportanceRatio = Literal["token", "sequence"]
+ImportanceMode = Literal["truncate", "mask"]
 
 
 class ConfigError(ValueError):
@@ -119,14 +120,25 @@ class TrainConfig:
     # reweights them by min(π_proximal / π_behaviour, importance_cap) (docs/rollout.md)
     max_staleness: int = 0
     importance_cap: float = 2.0
+    # a token whose importance weight is past importance_cap: "truncate" weighs it by the cap (truncated IS),
+    # "mask" leaves it out of the loss (masked IS); with importance_ratio sequence, per reply
+    importance_mode: ImportanceMode = "truncate"
     # generation on an inference server (docs/integrations.md): the /v1 URL of an OpenAI-compatible server -
     # vLLM started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs, or `ludus serve-model
     # --weight-updates` - that samples for the model learning here (an hf: model), token ids in and out; the
     # weights are pushed to it after every update. Empty: generate in this process
     rollout_server: str = ""
     rollout_weights_dir: str = ""  # where pushed weights go for the server to read; empty: <run>/rollout-weights
-    # at the start, the server's log-probs of a probe reply must match the learner's within this (mean per token)
-    rollout_logprob_tolerance: float = 0.1
+    # the server's log-probs of the tokens it samples must match the learner's within this, mean |Δ log-prob|
+    # per token: at the start on probe replies (greedy and sampled), then on every step's tokens, before the
+    # update (a step past it stops the run). A float32 server is ~1e-7 off, a bfloat16 one 1e-3-1e-2 (set
+    # ~0.02 for one), one reporting log-probs before temperature 0.05-0.3 (refused at the start whatever
+    # this says); 0: no check (docs/integrations.md)
+    rollout_logprob_tolerance: float = 1e-3
+    # the loss corrects what mismatch is left (truncated importance sampling, as TRL's and verl's vLLM
+    # corrections): the ratio is taken against the learner's own log-probs and each token weighted by
+    # min(π_learner / π_server, importance_cap), by importance_mode. false: the ratio against the server's
+    rollout_correction: bool = True
     # rewards relative to the group (train/ranking.py, docs/rewards.md): an LLM judge scores each group's replies
     # together, e.g. {model: http://127.0.0.1:8000/v1, criteria: "...", rounds: 2}; the judge's score becomes the
     # reward and the environment's own is logged as reward/env. Empty: the environment's reward

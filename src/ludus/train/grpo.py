@@ -40,6 +40,14 @@ corrects for the behaviour policy having sampled it::
 
     pg   = -w · min(ρ·A, clip(ρ, 1 - ε_low, 1 + ε_high)·A),   ρ = exp(logp - logp_prox)
 
+Samples of an inference server (``rollout_server``) get the same objective even in lockstep
+(``rollout_correction``, as TRL's and verl's vLLM-mismatch corrections): the server computes its
+log-probs with other kernels, maybe another precision, so its π_behaviour is not quite the
+learner's. ``importance_mode="mask"`` drops a token whose weight is past ``C`` instead of weighing
+it by ``C`` (masked rather than truncated importance sampling). Whenever the proximal log-probs are
+computed, the step logs how far the sampler's are from them (:func:`logprob_gap`), and a step whose
+gap is past ``rollout_logprob_tolerance`` raises :class:`SamplerMismatch` before any update.
+
 GSPO (``importance_ratio="sequence"``; Zheng et al., 2025, "Group Sequence Policy Optimization"):
 one ratio per reply, the geometric mean of its tokens' ratios ``s = exp(mean_t(logp - logp_old))``,
 clipped as a whole (the paper's range is ``1 - 3e-4 .. 1 + 4e-4``) and averaged per reply
@@ -81,10 +89,11 @@ import torch
 
 from ludus.core.types import Trajectory
 from ludus.policies.base import TrainablePolicy
-from ludus.train.config import ImportanceRatio, LossAgg, Scale, TrainConfig
+from ludus.train.config import ImportanceMode, ImportanceRatio, LossAgg, Scale, TrainConfig
 
 SCALES: tuple[str, ...] = get_args(Scale)
 LOSS_AGGS: tuple[str, ...] = get_args(LossAgg)
+IMPORTANCE_MODES: tuple[str, ...] = get_args(ImportanceMode)
 
 # ---- 1. advantages ------------------------------------------------------------------------
 
@@ -214,6 +223,7 @@ class Sample:
     completion_ids: list[int]
     behaviour_logprobs: list[float]  # the sampling policy's, recorded when it sampled the turn
     advantage: float
+    policy_version: int = 0  # the version of the weights that sampled it
 
 
 def build_samples(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[Sample]:
@@ -222,7 +232,7 @@ def build_samples(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -
     and, with ``overlong_filter``, turns cut off at ``max_tokens``."""
     trajs = [t for group in groups for t in group]
     return [
-        Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a)
+        Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a, traj.policy_version)
         for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True)
         for turn, a in zip(traj.turns, advantages, strict=True)
         if (a != 0.0 or config.beta > 0) and not (config.overlong_filter and turn.finish_reason == "length")
@@ -249,8 +259,8 @@ class LossStats:
     kl: float
     clip_fraction: float
     ratio_mean: float
-    importance_mean: float = 1.0  # mean truncated importance weight (1 for on-policy samples)
-    importance_capped: float = 0.0  # fraction of tokens whose weight hit the cap
+    importance_mean: float = 1.0  # mean importance weight, truncated or masked (1 for on-policy samples)
+    importance_capped: float = 0.0  # fraction of tokens whose weight was past the cap
 
 
 def policy_loss(
@@ -269,13 +279,15 @@ def policy_loss(
     behaviour_logp: torch.Tensor | None = None,
     importance_cap: float = 2.0,
     importance_ratio: ImportanceRatio = "token",
+    importance_mode: ImportanceMode = "truncate",
 ) -> tuple[torch.Tensor, LossStats]:
     """The clipped policy-gradient loss over ``[B, T]`` token tensors; ``advantages`` is ``[B]``.
 
     ``proximal_logp`` are the log-probs the ratio is taken against: those of the weights at the
     start of this update. For on-policy samples the behaviour policy *is* those weights, so they
-    are the behaviour log-probs and ``behaviour_logp`` is ``None``; for stale samples
-    ``behaviour_logp`` holds the sampler's, which adds the truncated importance weight (see the
+    are the behaviour log-probs and ``behaviour_logp`` is ``None``; for stale samples, and a
+    rollout server's, ``behaviour_logp`` holds the sampler's, which adds the importance weight,
+    truncated at ``importance_cap`` or, with ``importance_mode="mask"``, 0 past it (see the
     module docstring).
 
     ``entropy`` (``[B, T]``, differentiable) with ``entropy_coef > 0`` adds the bonus ``-c·H``:
@@ -283,6 +295,8 @@ def policy_loss(
     times, the group has zero variance, and those prompts never teach it anything again."""
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
+    if importance_mode not in IMPORTANCE_MODES:
+        raise ValueError(f"importance_mode must be one of {IMPORTANCE_MODES}, got {importance_mode!r}")
     mask = mask.to(logp.dtype)
     lengths = mask.sum(1).clamp(min=1)
 
@@ -298,13 +312,17 @@ def policy_loss(
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
     weight = torch.ones_like(logp)
+    past_cap = torch.zeros_like(mask)
     if behaviour_logp is not None:
         if not importance_cap >= 1.0:
             raise ValueError(f"importance_cap must be >= 1, got {importance_cap}")
         log_weight = proximal_logp - behaviour_logp
         if importance_ratio == "sequence":
             log_weight = per_reply(log_weight).expand_as(logp)
-        weight = torch.exp(log_weight).detach().clamp(max=importance_cap)
+        raw = torch.exp(log_weight).detach()
+        over = raw > importance_cap
+        past_cap = over.to(mask.dtype)
+        weight = raw.masked_fill(over, 0.0) if importance_mode == "mask" else raw.clamp(max=importance_cap)
         per_token = weight * per_token
     pg_per_token = per_token
     kl_per_token = torch.zeros_like(logp)
@@ -337,9 +355,7 @@ def policy_loss(
             clip_fraction=float((was_clipped * mask).sum() / n),
             ratio_mean=float((ratio * mask).sum() / n),
             importance_mean=float((weight * mask).sum() / n),
-            importance_capped=float(((weight >= importance_cap) * mask).sum() / n)
-            if behaviour_logp is not None
-            else 0.0,
+            importance_capped=float((past_cap * mask).sum() / n),
         )
     return loss, stats
 
@@ -392,26 +408,71 @@ def _proximal_logprobs(learner: Learner, samples: list[Sample], size: int, tempe
     return out
 
 
+# a token whose |Δ log p| is past this has a probability more than ~10 % off the learner's
+GAP_BOUND = 0.1
+
+
+class SamplerMismatch(RuntimeError):
+    """The sampler's log-probs of the tokens it sampled are too far from the learner's for the
+    same weights: the samples are not the learner's, and learning from them would mislead it."""
+
+    def __init__(self, gap: dict[str, float], tolerance: float):
+        self.gap, self.tolerance = gap, tolerance
+        super().__init__(
+            f"the sampler's log-probs differ from the learner's by {gap['logprob_gap/mean']:.3g} per token on "
+            f"average (max {gap['logprob_gap/max']:.3g}), more than {tolerance}"
+        )
+
+
+def logprob_gap(samples: list[Sample], proximal: Sequence[torch.Tensor], version: int) -> dict[str, float]:
+    """How far the behaviour log-probs are from the learner's (``proximal``) over the tokens of
+    samples drawn by weights of ``version``, the learner's: mean and max |Δ log p| per token and
+    the fraction of tokens past :data:`GAP_BOUND`. Empty when no sample is of that version (a
+    staler one's gap is also the policy's own change, which the importance weights correct).
+
+    In process the two are the same arithmetic (about 1e-7 apart); a rollout server holding the
+    learner's weights in float32 is about 1e-6 apart. More means the sampler is not the learner."""
+    deltas = [
+        (p - torch.tensor(s.behaviour_logprobs, dtype=p.dtype, device=p.device)).abs()
+        for s, p in zip(samples, proximal, strict=True)
+        if s.policy_version == version and s.completion_ids
+    ]
+    if not deltas:
+        return {}
+    gap = torch.cat(deltas)
+    return {
+        "logprob_gap/mean": float(f"{float(gap.mean()):.3g}"),
+        "logprob_gap/max": float(f"{float(gap.max()):.3g}"),
+        "logprob_gap/frac": round(float((gap > GAP_BOUND).float().mean()), 4),
+    }
+
+
 def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict[str, float]:
     """``ppo_epochs`` passes of ``minibatches`` clipped-ratio updates over ``samples``; the mean
-    loss statistics of the updates.
+    loss statistics of the updates and the step's :func:`logprob_gap`.
 
-    On-policy (``max_staleness`` 0) the ratio is taken against the behaviour log-probs. Sampling
-    ahead, it is taken against the *proximal* log-probs — these weights, before this step's first
-    update — and the behaviour log-probs only enter the truncated importance weight. With one
-    minibatch the first pass's own forward gives the proximal log-probs (no update has happened
-    yet); with several, one extra forward pass computes them first."""
+    On-policy (``max_staleness`` 0) in process the ratio is taken against the behaviour log-probs.
+    Sampling ahead, or on a rollout server (with ``rollout_correction``), it is taken against the
+    *proximal* log-probs — these weights, before this step's first update — and the behaviour
+    log-probs only enter the importance weight. With one minibatch the first pass's own forward
+    gives the proximal log-probs (no update has happened yet); with several, one extra forward
+    pass computes them first. Either way all are known before the first optimizer step: a rollout
+    server's samples whose gap is past ``rollout_logprob_tolerance`` raise :class:`SamplerMismatch`
+    there, so nothing is learned from them."""
     c = config
     policy = learner.policy
+    decoupled = bool(c.max_staleness or (c.rollout_server and c.rollout_correction))
+    measured = bool(c.max_staleness or c.rollout_server)  # the proximal log-probs are needed: ratio or gap
     totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
-    totals |= {"importance/mean": 0.0, "importance/capped": 0.0} if c.max_staleness else {}
+    totals |= {"importance/mean": 0.0, "importance/capped": 0.0} if decoupled else {}
     if not samples:
         return {k: 0.0 for k in totals} | {"trained_samples": 0}
     policy.module.train()
     size = math.ceil(len(samples) / c.minibatches)
     proximal: list[torch.Tensor | None] = [None] * len(samples)
-    if c.max_staleness and c.minibatches > 1:
+    if measured and c.minibatches > 1:
         proximal = [*_proximal_logprobs(learner, samples, size, c.temperature)]
+    gap: dict[str, float] = {}
     n_updates = 0
     for _ in range(c.ppo_epochs):
         order = torch.randperm(len(samples), generator=learner.generator).tolist()
@@ -426,13 +487,20 @@ def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict
             for row, s in enumerate(batch):
                 mask[row, : len(s.completion_ids)] = True
                 behaviour[row, : len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
-            if c.max_staleness:
-                proximal_logp = torch.zeros_like(logp)
+            if measured:
                 for row, (i, s) in enumerate(zip(indices, batch, strict=True)):
                     if proximal[i] is None:
                         proximal[i] = logp[row, : len(s.completion_ids)].detach()
+                if n_updates == 0:  # every sample's proximal log-probs are known, no update made yet
+                    gap = logprob_gap(samples, proximal, policy.version)  # type: ignore[arg-type]
+                    tolerance = c.rollout_logprob_tolerance
+                    if c.rollout_server and tolerance and gap and gap["logprob_gap/mean"] > tolerance:
+                        raise SamplerMismatch(gap, tolerance)
+            if decoupled:
+                proximal_logp = torch.zeros_like(logp)
+                for row, (i, s) in enumerate(zip(indices, batch, strict=True)):
                     proximal_logp[row, : len(s.completion_ids)] = proximal[i]
-            else:  # on-policy: the behaviour weights are the proximal ones
+            else:  # on-policy in process: the behaviour weights are the proximal ones
                 proximal_logp, behaviour = behaviour, None
             ref = None
             if learner.reference is not None:
@@ -452,6 +520,7 @@ def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict
                 behaviour_logp=behaviour,
                 importance_cap=c.importance_cap,
                 importance_ratio=c.importance_ratio,
+                importance_mode=c.importance_mode,
             )
             learner.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -463,7 +532,7 @@ def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict
             totals["clip_frac"] += st.clip_fraction
             totals["grad_norm"] += float(grad_norm)
             totals["entropy"] += float((entropy.detach() * mask).sum() / mask.sum())
-            if c.max_staleness:
+            if decoupled:
                 totals["importance/mean"] += st.importance_mean
                 totals["importance/capped"] += st.importance_capped
-    return {k: round(v / n_updates, 5) for k, v in totals.items()} | {"trained_samples": len(samples)}
+    return {k: round(v / n_updates, 5) for k, v in totals.items()} | gap | {"trained_samples": len(samples)}

@@ -8,7 +8,8 @@
     reward.png         training reward and held-out accuracy
 
 A checkpoint exists whole or not at all (written to a temporary folder, then renamed). On
-resume, lines written after the checkpoint are dropped, so nothing is counted twice.
+resume, lines written after the checkpoint are dropped, so nothing is counted twice. A run whose
+start fails leaves no folder behind (:meth:`RunFolder.discard`): its name is free again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,21 @@ from ludus.core.types import Trajectory
 from ludus.train.config import ConfigError, TrainConfig, load_config
 
 CHECKPOINT_PREFIX = "step_"
+# The config fields a resumed run may change (`ludus train --resume RUN --rollout-server URL`): where
+# its parts run and how often it reports, never what it learns from or how, so that it stays the
+# same run. Servers that come back at another address, another machine's cores.
+RESUMABLE_FIELDS = (
+    "rollout_server",
+    "rollout_weights_dir",
+    "env_server",
+    "ray_address",
+    "threads",
+    "env_threads",
+    "eval_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "samples_per_step",
+)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -51,8 +67,10 @@ class RunFolder:
                 f"run folder {folder.path} already exists; resume it with `ludus train --resume {folder.path}` "
                 "or choose another --name"
             )
+        if folder.path.exists() and any(folder.path.iterdir()):  # discard() may remove what the run made only
+            raise ConfigError(f"{folder.path} holds files but no run (no config.yaml); choose another --name")
         folder.path.mkdir(parents=True, exist_ok=True)
-        (folder.path / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        folder.write_config(config)
         return folder
 
     @classmethod
@@ -62,8 +80,28 @@ class RunFolder:
             raise ConfigError(f"{folder.path} is not a run folder (no config.yaml)")
         return folder
 
-    def config(self) -> TrainConfig:
-        return load_config(self.path / "config.yaml")
+    def config(self, overrides: dict[str, Any] | None = None) -> TrainConfig:
+        """The run's config, with ``overrides`` (flag values) of :data:`RESUMABLE_FIELDS` only."""
+        overrides = {name.replace("-", "_"): value for name, value in (overrides or {}).items()}
+        refused = sorted(set(overrides) - set(RESUMABLE_FIELDS))
+        if refused:
+            raise ConfigError(
+                f"a resumed run keeps its config.yaml; {', '.join(refused)} would make it another run. It may change "
+                f"only where its parts run and how often it reports: {', '.join(RESUMABLE_FIELDS)}"
+            )
+        return load_config(self.path / "config.yaml", overrides)
+
+    def write_config(self, config: TrainConfig) -> None:
+        """Record ``config`` in config.yaml, whole or not at all (``--resume`` reads it back)."""
+        tmp = self.path / ".config.yaml.tmp"
+        tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        os.replace(tmp, self.path / "config.yaml")
+
+    def discard(self) -> None:
+        """Remove the folder of a run whose start failed, so that its name is free again; a folder
+        holding a checkpoint is never removed."""
+        if not self.checkpoints():
+            shutil.rmtree(self.path, ignore_errors=True)
 
     # ---- logs ----
 

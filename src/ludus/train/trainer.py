@@ -17,7 +17,10 @@ process — token ids in and out, the learner's weights pushed to it after every
 The run folder (run_folder.py) holds the config, metrics, samples, checkpoints and plot. A
 checkpoint holds weights, optimizer state and every RNG state, so a resumed run continues
 exactly as if it had never stopped. Ctrl-C or SIGTERM finish the current step, write a
-checkpoint and exit; a second Ctrl-C stops at once.
+checkpoint and exit; a second Ctrl-C stops at once. A step that cannot finish (every sample an
+infrastructure failure: a dead server; a weight push that failed) stops the run with
+``TrainingHalted`` after checkpointing the last completed step, never a half-applied update. A run
+whose start fails leaves no run folder behind.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import torch
@@ -51,21 +54,25 @@ from ludus.policies.base import Policy, PolicyError, SamplingParams, TrainablePo
 from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
 from ludus.rollout.evaluate import env_counts, evaluate
-from ludus.rollout.hosts import make_host
+from ludus.rollout.hosts import EnvHost, make_host
 from ludus.rollout.remote import REDACTED, RemoteEnv, RemoteEnvError, redacted_env_args
 from ludus.train import grpo
 from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
-from ludus.train.run_folder import RunFolder
+from ludus.train.run_folder import CHECKPOINT_PREFIX, RunFolder
 from ludus.train.sampler import AheadSampler, StreamPosition
 from ludus.train.supervised import base_policy
+
+if TYPE_CHECKING:
+    from ludus.rewards.judge import Judge
 
 Metrics = Callable[[dict[str, Any]], None]
 
 
 class TrainingHalted(RuntimeError):
-    """A step could not measure the policy at all (every sample an infrastructure failure)."""
+    """A step could not finish: it could not measure the policy at all (every sample an
+    infrastructure failure), or its weights could not reach the rollout server."""
 
 
 @dataclass
@@ -75,6 +82,18 @@ class RunResult:
     elapsed_s: float
     eval_accuracy: list[tuple[int, float, float]]  # (step, elapsed_s, accuracy)
     interrupted: bool
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What a checkpoint of ``step`` holds besides the weights and the optimizer (state.json and
+    the RNGs), taken after each step: a run that halts in the next step saves it, as long as the
+    learner has not taken an optimizer step since (``updates``)."""
+
+    step: int
+    updates: int
+    state: dict[str, Any]
+    rngs: dict[str, Any]
 
 
 class _StopFlag:
@@ -272,6 +291,8 @@ class Trainer:
     ):
         self.config, self.folder, self.env_factory, self.log = config, folder, env_factory, log
         self.resume = resume
+        self.resumed_with: dict[str, Any] = {}  # fields a resumed run changed (resume_from's overrides)
+        self.updates = 0  # optimizer steps taken by this process
         self.stop = _StopFlag()
 
     @property
@@ -291,31 +312,29 @@ class Trainer:
         return cls(config, RunFolder.create(config, config.name), env_factory, log=log)
 
     @classmethod
-    def resume_from(cls, run_dir: str | Path, log: Callable[[str], None] = print) -> Trainer:
+    def resume_from(
+        cls, run_dir: str | Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print
+    ) -> Trainer:
+        """The run in ``run_dir``, from its last checkpoint. ``overrides`` may change the fields of
+        ``run_folder.RESUMABLE_FIELDS`` (a server back at another address), recorded in its
+        config.yaml once the run has started with them."""
         folder = RunFolder.existing(run_dir)
-        config = folder.config()
-        return cls(config, folder, make_env_factory(config), resume=True, log=log)
+        saved, config = folder.config(), folder.config(overrides)
+        trainer = cls(config, folder, make_env_factory(config), resume=True, log=log)
+        trainer.resumed_with = {k: v for k, v in config.to_dict().items() if v != getattr(saved, k)}
+        return trainer
 
     # ---- the loop ----------------------------------------------------------------------
 
     def run(self, on_metrics: Metrics | None = None) -> RunResult:
         c = self.config
-        self.host = make_host(  # where environments run, for the whole run, not per step
-            c.env_threads,
-            env_servers=c.env_servers,
-            token=os.environ.get("LUDUS_ENV_TOKEN") or None,
-            ray=c.ray,
-            ray_address=c.ray_address or None,
-            ray_actors=c.ray_actors,
-        )
+        self.host: EnvHost | None = None  # where environments run, for the whole run, not per step
         self.sampler: AheadSampler | None = None
         self.rollout: RolloutServerPolicy | None = None  # generation on an inference server (rollout_server)
-        self.ranker = group_judge(c.group_judge) if c.group_judge else None  # RULER-style rewards (ranking.py)
+        self.ranker: tuple[Judge, int] | None = None  # RULER-style rewards (ranking.py)
+        self.unpushed: str | None = None  # why the last update's weights did not reach the rollout server
         try:
-            self._setup()
-            step, elapsed, position = self._restore()
-            if self.rollout is not None:
-                self._start_rollout_server(step)
+            step, elapsed, position = self._start()
             curve = self.folder.eval_curve()
 
             def emit(record: dict[str, Any]) -> None:
@@ -345,21 +364,29 @@ class Trainer:
                 self.sampler.start()
             interrupted = False
             with self.stop.installed():
-                while step < c.steps and not self._out_of_time(elapsed):
-                    record, dt = self._step(step, elapsed)
-                    step, elapsed = step + 1, elapsed + dt
-                    emit({"step": step, "elapsed_s": round(elapsed, 3), **record})
-                    last = step >= c.steps or self._out_of_time(elapsed)
-                    if (c.eval_every and step % c.eval_every == 0) or last or self.stop.requested:
-                        t_eval = time.perf_counter()
-                        run_eval()
-                        elapsed += time.perf_counter() - t_eval
-                    if (c.checkpoint_every and step % c.checkpoint_every == 0) or last or self.stop.requested:
-                        self._save_checkpoint(step, elapsed)
-                    if self.stop.requested:
-                        interrupted = True
-                        self.log(f"stopped at step {step}; resume with `ludus train --resume {self.run_dir}`")
-                        break
+                mark = self._mark(step, elapsed)  # what a step that cannot finish checkpoints
+                try:
+                    while step < c.steps and not self._out_of_time(elapsed):
+                        record, dt = self._step(step, elapsed)
+                        step, elapsed = step + 1, elapsed + dt
+                        emit({"step": step, "elapsed_s": round(elapsed, 3), **record})
+                        last = step >= c.steps or self._out_of_time(elapsed)
+                        due = (c.eval_every and step % c.eval_every == 0) or last or self.stop.requested
+                        if due and self.unpushed is None:
+                            t_eval = time.perf_counter()
+                            run_eval()
+                            elapsed += time.perf_counter() - t_eval
+                        mark = self._mark(step, elapsed)
+                        if self.unpushed is not None:
+                            raise TrainingHalted(self.unpushed)
+                        if (c.checkpoint_every and step % c.checkpoint_every == 0) or last or self.stop.requested:
+                            self._save_checkpoint(mark)
+                        if self.stop.requested:
+                            interrupted = True
+                            self.log(f"stopped at step {step}; resume with `ludus train --resume {self.run_dir}`")
+                            break
+                except Exception as exc:
+                    self._halt(mark, exc)
             self.learner.policy.save(self.folder.final)
             self.folder.plot()
             return RunResult(self.run_dir, step, elapsed, curve, interrupted)
@@ -370,7 +397,66 @@ class Trainer:
                 self.rollout.close()
             if self.ranker is not None:
                 self.ranker[0].close()
-            self.host.shutdown()
+            if self.host is not None:
+                self.host.shutdown()
+
+    def _start(self) -> tuple[int, float, StreamPosition]:
+        """Everything before the first step: the environments' host, the policy and engine, the
+        checkpoint resumed from, the rollout server's weights. A new run whose start fails leaves
+        no run folder (its name is free again); a resumed run records the fields it changed in its
+        config.yaml once it has started with them."""
+        c = self.config
+        try:
+            self.host = make_host(
+                c.env_threads,
+                env_servers=c.env_servers,
+                token=os.environ.get("LUDUS_ENV_TOKEN") or None,
+                ray=c.ray,
+                ray_address=c.ray_address or None,
+                ray_actors=c.ray_actors,
+            )
+            self.ranker = group_judge(c.group_judge) if c.group_judge else None
+            self._setup()
+            step, elapsed, position = self._restore()
+            if self.rollout is not None:
+                self._start_rollout_server(step)
+        except BaseException:
+            if not self.resume:
+                self.folder.discard()
+            raise
+        if self.resumed_with:
+            self.folder.write_config(c)
+            changed = ", ".join(f"{name}: {value}" for name, value in self.resumed_with.items())
+            self.log(f"resumed with {changed} (recorded in {self.run_dir / 'config.yaml'})")
+        return step, elapsed, position
+
+    def _halt(self, mark: ResumePoint, exc: Exception) -> NoReturn:
+        """A step could not finish: checkpoint the last completed step if the learner still holds it
+        (no optimizer step since ``mark``: a half-applied update is never saved), and say where
+        ``--resume`` continues. ``TrainingHalted`` (and a dead env server's error) is raised as
+        ``TrainingHalted`` with that said; anything else is logged with it and raised again."""
+        saved = max((int(p.name.removeprefix(CHECKPOINT_PREFIX)) for p in self.folder.checkpoints()), default=0)
+        wrote = self.updates == mark.updates and mark.step > saved
+        if wrote:
+            self._save_checkpoint(mark)
+            saved = mark.step
+        resume = (
+            f"{f'A checkpoint of step {saved} was written. ' if wrote else ''}Once that is fixed, `ludus train "
+            f"--resume {self.run_dir}` continues from step {saved} (add --rollout-server URL or --env-server URL if "
+            "a server came back at another address)"
+        )
+        if isinstance(exc, TrainingHalted):
+            raise TrainingHalted(f"{exc}. {resume}") from None
+        # an env server also serves the tasks: one that died fails the next task, not only the episodes
+        env_server = next((e for e in (exc, exc.__cause__) if isinstance(e, RemoteEnvError)), None)
+        if env_server is not None:
+            raise TrainingHalted(f"the env server failed in step {mark.step + 1}: {env_server}. {resume}") from None
+        self.log(f"stopped by an error at step {mark.step + 1}. {resume}")
+        raise exc
+
+    def _count_update(self, *_: Any) -> None:
+        """After every optimizer step: the learner's weights have moved (see :meth:`_halt`)."""
+        self.updates += 1
 
     def _out_of_time(self, elapsed_s: float) -> bool:
         return bool(self.config.time_limit_min) and elapsed_s >= self.config.time_limit_min * 60
@@ -389,6 +475,7 @@ class Trainer:
                 env.close()
         reference = copy.deepcopy(policy.module).eval().requires_grad_(False) if c.beta > 0 else None
         optimizer = torch.optim.AdamW(policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        optimizer.register_step_post_hook(self._count_update)
         self.learner = grpo.Learner(policy, optimizer, reference, torch.Generator().manual_seed(c.seed))
         random.seed(c.seed)
         np.random.seed(c.seed % 2**32)
@@ -476,10 +563,7 @@ class Trainer:
         if all(t.score is not None and t.score.is_infra_error for t in trajs):
             # nothing measured the policy: a model that cannot take the prompts, a dead environment
             # server. Going on would spend the run on steps that train nothing.
-            raise TrainingHalted(
-                f"every sample of step {step + 1} failed: {trajs[0].score.reason}. "  # type: ignore[union-attr]
-                f"Once that is fixed, `ludus train --resume {self.run_dir}` continues from the last checkpoint"
-            )
+            raise TrainingHalted(f"every sample of step {step + 1} failed: {trajs[0].score.reason}")  # type: ignore[union-attr]
         lr = c.lr * lr_factor(c, step, elapsed_s)
         for group in self.learner.optimizer.param_groups:
             group["lr"] = lr
@@ -493,7 +577,15 @@ class Trainer:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(kept)}
             record |= {"dynamic/rounds": rounds} if rounds else {}
         samples = grpo.build_samples(groups, c) if groups else []  # dynamic sampling may keep none
-        record |= {"lr": lr, **grpo.update(self.learner, samples, c)}
+        try:
+            record |= {"lr": lr, **grpo.update(self.learner, samples, c)}
+        except grpo.SamplerMismatch as exc:
+            raise TrainingHalted(
+                f"step {step + 1}: the rollout server {c.rollout_server} no longer samples as the learner: {exc} "
+                "(rollout_logprob_tolerance). It did not load the pushed weights (or lags a version), serves "
+                "another model, or reports log-probs of another distribution (vLLM without --logprobs-mode "
+                "processed_logprobs). Nothing was learned from this step"
+            ) from None
         self.learner.policy.version = step + 1
         record |= self._sync_sampler(step + 1)
         if self.sampler is not None:
@@ -526,7 +618,7 @@ class Trainer:
         return self.rollout
 
     def _start_rollout_server(self, step: int) -> None:
-        """The server gets the learner's weights (version ``step``), and a probe reply shows that
+        """The server gets the learner's weights (version ``step``), and probe replies show that
         it samples from them: its log-probs are the learner's, within ``rollout_logprob_tolerance``."""
         assert self.rollout is not None
         c = self.config
@@ -539,32 +631,45 @@ class Trainer:
                 "with VLLM_SERVER_DEV_MODE=1 (its weight endpoints) or `ludus serve-model --weight-updates`, "
                 "reachable from here and able to read the folder the weights are written to (docs/integrations.md)"
             ) from None
-        if c.rollout_logprob_tolerance and gap > c.rollout_logprob_tolerance:
+        if c.rollout_logprob_tolerance and (gap.mean > c.rollout_logprob_tolerance or gap.before_temperature):
+            if gap.before_temperature:
+                cause = (
+                    f"its log-probs of replies sampled at temperature {c.temperature} are those of the untempered "
+                    f"distribution (within {gap.untempered:.3g} per token): start vLLM with --logprobs-mode "
+                    "processed_logprobs"
+                )
+            else:
+                cause = (
+                    "it samples from other weights or another model, or computes in a lower precision: start vLLM "
+                    "with --logprobs-mode processed_logprobs and --dtype float32 on the model the learner loads, or "
+                    "set rollout_logprob_tolerance to about 0.02 for a bfloat16 server (1e-3 to 1e-2 off)"
+                )
             raise TrainingHalted(
-                f"the rollout server's log-probs differ from the learner's by {gap:.3g} per token (more than "
-                f"rollout_logprob_tolerance {c.rollout_logprob_tolerance}): it reports log-probs of another "
-                "distribution or samples from other weights. Start vLLM with --logprobs-mode processed_logprobs "
-                "(and --dtype float32 for exact numbers), or raise rollout_logprob_tolerance for a lower-precision server"
+                f"the rollout server's log-probs differ from the learner's by {gap.mean:.3g} per token on average "
+                f"(max {gap.max:.3g}, {gap.tokens} probe tokens; rollout_logprob_tolerance "
+                f"{c.rollout_logprob_tolerance}): {cause}"
             )
         self.log(
             f"rollout server {c.rollout_server}: weights of step {step} pushed in {push_s:.2f} s; its log-probs "
-            f"match the learner's within {gap:.2g} per token"
+            f"match the learner's within {gap.mean:.2g} per token ({gap.tokens} probe tokens)"
         )
 
     def _sync_sampler(self, version: int) -> dict[str, Any]:
         """After an update: whatever samples gets the new weights (the sampler's copy, the
-        rollout server); the rollout server's numbers for the step."""
+        rollout server); the rollout server's numbers for the step. A failed push does not
+        raise here: the update is whole, so the step is logged and checkpointed before the
+        run stops (``unpushed``)."""
         try:
             if self.sampler is not None:
                 self.sampler.advance(self.learner.policy)
             elif self.rollout is not None:
                 self.rollout.sync(self.learner.policy)
         except PolicyError as exc:
-            raise TrainingHalted(
+            self.unpushed = (
                 f"the weights of step {version} could not be pushed to the rollout server: {exc}. Nothing was "
-                f"sampled from weights of unknown version; restart the server and `ludus train --resume "
-                f"{self.run_dir}` continues from the last checkpoint"
-            ) from None
+                "sampled from weights of unknown version; restart the server"
+            )
+            return {}
         if self.rollout is None:
             return {}
         stats = self.rollout.take_stats()
@@ -601,7 +706,23 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------
 
-    def _save_checkpoint(self, step: int, elapsed_s: float) -> None:
+    def _mark(self, step: int, elapsed_s: float) -> ResumePoint:
+        """What a checkpoint of ``step`` written now would hold besides the weights and optimizer."""
+        state: dict[str, Any] = {"step": step, "elapsed_s": elapsed_s, "next_group": self.next_group}
+        if self.sampler is not None:  # the task stream resumes where the sampler was
+            position = self.sampler.position()
+            state["next_group"], state["unconsumed_groups"] = position.next_group, list(position.replay)
+        state["picker"] = self.picker.state_dict()
+        rngs = {
+            "generator": self.learner.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "numpy_rng": np.random.get_state(),
+        }
+        return ResumePoint(step, self.updates, state, rngs)
+
+    def _save_checkpoint(self, point: ResumePoint) -> None:
+        """The weights, optimizer and reference as they are, with ``point``'s state and RNGs."""
         learner = self.learner
 
         def write(folder: Path) -> None:
@@ -609,21 +730,13 @@ class Trainer:
             torch.save(
                 {
                     "optimizer": learner.optimizer.state_dict(),
-                    "generator": learner.generator.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(),
-                    "numpy_rng": np.random.get_state(),
+                    **point.rngs,
                     "reference": None if learner.reference is None else learner.reference.state_dict(),
                 },
                 folder / "trainer.pt",
             )
 
-        state: dict[str, Any] = {"step": step, "elapsed_s": elapsed_s, "next_group": self.next_group}
-        if self.sampler is not None:  # the task stream resumes where the sampler was
-            position = self.sampler.position()
-            state["next_group"], state["unconsumed_groups"] = position.next_group, list(position.replay)
-        state["picker"] = self.picker.state_dict()
-        self.folder.save_checkpoint(step, write, state, self.config.keep_checkpoints)
+        self.folder.save_checkpoint(point.step, write, point.state, self.config.keep_checkpoints)
 
     def _load_checkpoint(self, path: Path) -> dict[str, Any]:
         learner = self.learner
