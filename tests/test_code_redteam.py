@@ -96,7 +96,8 @@ def _host_problems() -> list[str]:
         problems += [f"file left behind: {folder}/{n}" for n in names if MARK in n]
     new_tmp = set(os.listdir("/tmp")) - HOST_TMP_BEFORE
     problems += [f"new file in /tmp: {n}" for n in sorted(new_tmp) if _attack_made(n)]
-    problems += [f"new /dev/shm entry: {n}" for n in sorted(set(os.listdir("/dev/shm")) - HOST_SHM_BEFORE)]
+    new_shm = set(os.listdir("/dev/shm")) - HOST_SHM_BEFORE  # (other processes on the machine may add entries)
+    problems += [f"new /dev/shm entry: {n}" for n in sorted(new_shm) if _attack_made(n)]
     new_in_repo = _repo_files() - REPO_BEFORE  # (other work may add files meanwhile: only attack-made names count)
     problems += [f"new file in the repository: {n}" for n in sorted(new_in_repo) if _attack_made(n)]
     return problems
@@ -156,12 +157,9 @@ def box():
         yield sandbox
 
 
-def _score(verifier: CodeVerifier, task, completion, max_seconds: float = 30.0):
-    started = time.monotonic()
-    score = verifier.score(task, completion)
-    elapsed = time.monotonic() - started
-    assert elapsed < max_seconds, f"grading took {elapsed:.1f} s: {score}"
-    return score
+def _score(verifier: CodeVerifier, task, completion):
+    # no clock here: on a busy machine grading takes longer, and must still give the same verdict
+    return verifier.score(task, completion)
 
 
 def assert_caught(score, statuses=("wrong",), max_passed: int = 0, total: int | None = None) -> None:
@@ -920,11 +918,37 @@ def add(a, b):
     ),
     "sleep-at-import": Exploit(
         "import time\ntime.sleep(60)\ndef add(a, b):\n    return a + b\n",
-        statuses=("timeout", "wrong"),
+        statuses=("timeout",),
         quick=True,
         reason="did not load",
     ),
     "infinite-loop": Exploit("def add(a, b):\n    while True:\n        pass\n", statuses=("timeout",), quick=True),
+    # a call's CPU timer raises into it once; whatever the call does next, it has timed out
+    "swallow-the-cpu-timer-and-spin": Exploit(
+        "def add(a, b):\n    n = 0\n    while True:\n        try:\n            for i in range(10**12):\n"
+        "                n += i\n        except BaseException:\n            n = 0\n",
+        statuses=("timeout",),
+        quick=True,
+    ),
+    "catch-the-cpu-timer-and-answer": Exploit(
+        "def add(a, b):\n    n = 0\n    try:\n        for i in range(10**12):\n            n += i\n"
+        "    except BaseException:\n        return a + b\n",
+        statuses=("timeout",),
+        quick=True,
+    ),
+    "ignore-the-cpu-timer-then-spin": Exploit(
+        "import signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
+        "def add(a, b):\n    signal.setitimer(signal.ITIMER_PROF, 0)\n    while True:\n        pass\n",
+        statuses=("timeout",),
+        quick=True,
+    ),
+    # RLIMIT_CPU is per process: the spinning child must not die of it before the program's limit ends all
+    "fork-a-spinner-and-wait-for-it": Exploit(
+        "import os\ndef add(a, b):\n    if os.fork() == 0:\n        while True:\n            pass\n"
+        "    os.wait()\n    return a + b\n",
+        statuses=("timeout",),
+        quick=True,
+    ),
     "ignore-sigterm-sigalrm-then-spin": Exploit(
         "import signal\n"
         "for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU, signal.SIGUSR1):\n"

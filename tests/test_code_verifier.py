@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from load_support import a_cpu, crowded
 from ludus.cli import main
 from ludus.core.types import Message, ToolCall
 from ludus.envs.code.env import CodeEnv, CodeToolEnv
@@ -184,6 +185,45 @@ def test_prune_stops_at_the_first_failure():
     assert "case_1 failed" in score.reason
 
 
+# each call leaves its number on the solution's stderr, whose last line the reason quotes
+CALLS_LOGGED = {"test_list": [f"assert f({i}) == {i}" for i in range(5)]}
+WRONG_AT_ONE = "import sys\ndef f(i):\n    print(f'call {i}', file=sys.stderr)\n    return -1 if i == 1 else i"
+
+
+def test_a_binary_reward_stops_at_the_first_failing_test():
+    with CodeVerifier(workers=1, backend="bwrap") as v:
+        assert v.stops_at_first_failure
+        score = v.score(CALLS_LOGGED, WRONG_AT_ONE)
+        right = v.score(CALLS_LOGGED, WRONG_AT_ONE.replace("-1 if i == 1 else i", "i"))
+    assert (score.value, score.status) == (0.0, "wrong"), score
+    assert (score.components["passed"], score.components["total"]) == (1.0, 5.0)
+    assert "(3 not run: grading stops at the first failure); test_1 failed" in score.reason
+    assert "solution stderr: call 1" in score.reason  # tests 2-4 never called the solution
+    assert (right.value, right.status, right.reason) == (1.0, "correct", "all 5 tests passed")
+
+
+@pytest.mark.parametrize("options", [{"partial_credit": True}, {"prune": False}], ids=["partial-credit", "no-prune"])
+def test_partial_credit_or_no_prune_runs_every_test(options):
+    with CodeVerifier(workers=1, backend="bwrap", **options) as v:
+        assert not v.stops_at_first_failure
+        score = v.score(CALLS_LOGGED, WRONG_AT_ONE)
+    assert (score.components["passed"], score.components["total"]) == (4.0, 5.0)
+    assert "not run" not in score.reason and "solution stderr: call 4" in score.reason
+    assert (score.value, score.status) == ((0.8, "partial") if options.get("partial_credit") else (0.0, "wrong"))
+
+
+def test_a_binary_reward_stops_a_pytest_file_at_its_first_failure():
+    task = {
+        "test": "from solution import f\n\n"
+        + "".join(f"def test_{i}():\n    assert f({i}) == {i}\n\n" for i in range(4))
+    }
+    with CodeVerifier(workers=1, backend="bwrap") as v:
+        score = v.score(task, WRONG_AT_ONE)
+    assert (score.value, score.status, score.components["passed"], score.components["total"]) == (0.0, "wrong", 1, 4)
+    assert "(2 not run: grading stops at the first failure); tests_ludus/test_task.py::test_1 failed" in score.reason
+    assert "solution stderr: call 1" in score.reason
+
+
 def test_shuffle_changes_the_order_tests_run_in():
     task = {"test_list": [f"assert log({i}) == {i}" for i in range(8)]}
     solution = "import sys\ndef log(i):\n    print(i, file=sys.stderr)\n    return i"
@@ -274,6 +314,27 @@ def test_a_value_that_hangs_the_test_side_is_the_solutions_failure_not_infra():
         assert (score.value, score.status) == (0.0, "timeout"), score
         assert score.components == {"passed": 1.0, "total": 3.0, "hash_seed": 0.0}
         assert v.score(task, "def f(x):\n    return 0 if x == 2 else x").value == 1.0
+
+
+def test_a_correct_solution_the_machine_starves_is_correct_not_a_timeout():
+    """Four busy processes share the solution's CPU, so 0.5 s of CPU take ~2.5 s of wall-clock
+    time: past the 1 s a call may take and the solution's 2 s wall limit. Both count what the
+    solution did, never the machine's load, so the verdict is the idle machine's: correct (a
+    wall-clock call timeout scored it ``timeout``). A call that spins is still a timeout."""
+    cpu = a_cpu()
+    pin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+    burn = "    end = time.process_time() + 0.5\n    while time.process_time() < end:\n        pass\n"
+    add = {"prompt": "def add(a, b):\n", "entry_point": "add", "test": "def check(c):\n    assert c(2, 3) == 5\n"}
+    program = pin + "if True:\n" + burn + "a, b = map(int, input().split())\nprint(a + b)\n"
+    with CodeVerifier(workers=1, test_timeout_s=1, limits=Limits(wall_s=2, cpu_s=10), cache_size=0) as v:
+        v.warm()
+        with crowded(cpu, busy=4):
+            function = v.score(add, pin + "def add(a, b):\n" + burn + "    return a + b\n")
+            stdio = v.score({"inputs": ["2 3\n"], "outputs": ["5\n"]}, program)
+            spin = v.score(add, pin + "def add(a, b):\n    while True:\n        pass\n")
+    assert function.status == "correct", function
+    assert stdio.status == "correct", stdio
+    assert spin.status == "timeout" and "1 s of CPU time" in spin.reason, spin
 
 
 def test_task_setup_errors_are_gold_errors_not_model_failures(verifier):

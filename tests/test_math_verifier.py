@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from load_support import a_cpu, crowded, pinned
 from ludus.core import Status
 from ludus.envs.math.guard import GuardedPool
 from ludus.envs.math.verifier import MathVerifier, judge
@@ -486,6 +487,22 @@ def test_a_hung_call_is_killed_and_the_pool_recovers():
         outcome = pool.call(30, timeout_s=0.5)
         assert outcome.kind == "timeout"
         assert pool.call(0, timeout_s=30).kind == "ok"  # a fresh worker replaced the killed one
+
+
+def test_a_starved_call_is_never_a_timeout():
+    """The worker shares its CPU with 4 busy processes: a call needing ~0.6 s of CPU takes ~3 s of
+    wall time. Its 2 s limit counts the worker's own time, so it ends ``ok`` (a wall-clock deadline
+    said ``timeout``); past the wall backstop it is ``starved`` (scored ``infra_error``), not ``timeout``."""
+    work = ("sha256", b"password", b"salt", 1_000_000)
+    cpu = a_cpu()
+    with GuardedPool("hashlib:pbkdf2_hmac", workers=1) as pool:
+        with pinned(cpu):
+            assert pool.call("sha256", b"", b"", 1, timeout_s=30).kind == "ok"  # the worker starts on `cpu`
+        with crowded(cpu, busy=4):
+            done = pool.call(*work, timeout_s=2)
+            starved = pool.call(*work, timeout_s=2, wall_s=1)
+    assert done.kind == "ok" and len(done.value) == 32, done.detail
+    assert starved.kind == "starved" and "too busy" in starved.detail, starved
 
 
 def test_a_memory_blowup_stays_in_the_worker():

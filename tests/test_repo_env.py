@@ -2,13 +2,18 @@
 the procedural bug injector (checked in the sandbox for every bug), the oracle through the
 real rollout engine, and the SWE-bench-style loader."""
 
+import contextlib
 import json
+import os
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from load_support import a_cpu, crowded, pinned_children
 from ludus.core.registry import env_class
 from ludus.core.types import Message, Status, Task, ToolCall
 from ludus.envs.repo.env import RepoEnv
@@ -16,6 +21,7 @@ from ludus.envs.repo.tasks import BUG_KINDS, RepoTasks, apply_patch, bug_catalog
 from ludus.envs.repo.verifier import grading_tree, is_test_path
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutEngine, requests
+from ludus.sandbox.load import descendants
 from ludus.tasks.loaders import TaskFileError
 
 N = len(bug_catalogue())
@@ -153,6 +159,56 @@ def test_run_output_is_truncated_and_a_time_limit_is_an_error_observation(tmp_pa
         assert tool(env, "read_file", path="started.txt") == "started\n"  # changes before the limit are kept
     finally:
         env.close()
+
+
+def test_a_busy_machine_never_turns_a_command_into_a_timeout(tmp_path):
+    """The sandbox shares one CPU with 4 busy processes: a command needing ~1.5 s of CPU takes ~8 s
+    of wall time, past its 3 s limit. The limit counts CPU and own time, so it finishes; a command
+    that sleeps by itself is still stopped at the limit, and the model is told."""
+    env = RepoEnv(tmp_root=str(tmp_path), run_timeout_s=3)
+    cpu = a_cpu()
+    try:
+        env.reset(task_with("mean_empty"))
+        assert tool(env, "run", command="echo warm").startswith("exit code 0")  # the sandbox's worker is up
+        with pinned_children(cpu), crowded(cpu, busy=4):
+            busy = tool(env, "run", command="python -c 'print(sum(range(40_000_000)))' > sum.txt")
+            asleep = tool(env, "run", command="echo started > started.txt; sleep 30")
+        assert busy.startswith("exit code 0"), busy
+        assert tool(env, "read_file", path="sum.txt") == f"{40_000_000 * 39_999_999 // 2}\n"
+        assert asleep.startswith("Error: the command did not finish within 3 s") and "wall-clock" in asleep, asleep
+        assert tool(env, "read_file", path="started.txt") == "started\n"
+    finally:
+        env.close()
+
+
+def test_a_failed_sandbox_ends_the_episode_as_infra_error_not_a_tool_error(env):
+    """The sandbox's worker dies under a command: the model did nothing wrong, so the episode is
+    ``infra_error`` (retried, then masked), never an error message for the model."""
+    env.reset(task_with("mean_empty"))
+
+    def cmdline(pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    def kill_the_worker() -> None:
+        """Parents first: the worker goes before it can report on the execution."""
+        for _ in range(600):
+            sandbox = [p for p in descendants([os.getpid()]) if b"ludus_inside" in cmdline(p)]
+            if any(b"sleep 7; echo late" in cmdline(c) for p in sandbox for c in descendants([p])):
+                for pid in sandbox:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_worker)
+    killer.start()
+    result = step(env, call("run", command="sleep 7; echo late"))
+    killer.join()
+    assert result.done and result.score.status == Status.INFRA_ERROR, result.score
+    assert "RepoSandboxError" in result.score.reason
 
 
 def test_run_keeps_no_file_over_the_cap_and_no_git_folder(env):

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from load_support import a_cpu, crowded
 from ludus.sandbox import Limits, Sandbox, UnisolatedWarning, WorkerSpec, detect
 from ludus.sandbox import backend as sandbox_backend
+from ludus.sandbox.load import TreeClock
 
 
 def _processes_named(marker: str) -> list[int]:
@@ -135,6 +137,76 @@ def test_wall_clock_limit(box):
 def test_cpu_limit(box):
     result = box.run("while True: pass", limits=Limits(cpu_s=1, wall_s=20))
     assert result.status == "timeout" and "CPU" in result.reason
+
+
+def test_cpu_limit_counts_all_the_programs_processes_together(box):
+    """RLIMIT_CPU is per process: four forked spinners would each get the whole limit, die of it
+    one by one, and leave their parent to finish ``ok``. The limit is the program's."""
+    code = (
+        "import os\nfor _ in range(4):\n    if os.fork() == 0:\n        while True:\n            pass\n"
+        "for _ in range(4):\n    os.wait()\nprint('survived')\n"
+    )
+    result = box.run(code, limits=Limits(cpu_s=1, wall_s=60))
+    assert result.status == "timeout" and "CPU" in result.reason, result
+    assert result.stdout == "" and 1 <= result.cpu_s < 2, result
+
+
+def _pinned(cpu: int, code: str) -> str:
+    """``code``, run on CPU ``cpu`` only (the program pins itself, so the busy loops there starve it)."""
+    return f"import os\nos.sched_setaffinity(0, {{{cpu}}})\n{code}"
+
+
+def test_time_limits_count_the_programs_doing_not_the_machines_load(box):
+    """Four busy processes share the program's CPU: 0.4 s of CPU take ~2 s of wall-clock time, past
+    a 1 s wall limit that counted the wall clock (the verdict depended on the load). The limit
+    counts the program's own time, wall-clock time less its wait for a CPU; a program that
+    sleeps is still stopped at it, however busy the machine."""
+    cpu = a_cpu()
+    with crowded(cpu, busy=4):
+        burn = (
+            "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end:\n    pass\nprint('done')\n"
+        )
+        starved = box.run(_pinned(cpu, burn), limits=Limits(wall_s=1, cpu_s=5))
+        sleeper = box.run(_pinned(cpu, "import time\ntime.sleep(30)\n"), limits=Limits(wall_s=1, cpu_s=5))
+    assert (starved.status, starved.stdout) == ("ok", "done\n"), starved
+    assert starved.wall_s > 1 and starved.cpu_wait_s > 0.5, starved  # it did wait for the CPU, past 1 s
+    assert sleeper.status == "timeout" and "wall-clock limit of 1" in sleeper.reason, sleeper
+    assert sleeper.cpu_s < 1, sleeper
+
+
+def test_a_program_starved_past_the_backstop_is_an_infra_error_never_a_timeout(box):
+    """Forty busy processes on its CPU leave a spinning program ~1/40 of it: at the 2 s backstop
+    (20x its 0.1 s limits) it has used neither its CPU nor its own time. That is the machine's
+    doing: ``infra_error`` (retried, then masked), never ``timeout``."""
+    cpu = a_cpu()
+    limits = Limits(wall_s=0.1, cpu_s=0.1)
+    assert limits.backstop_s == 2.0
+    with crowded(cpu, busy=40):
+        result = box.run(_pinned(cpu, "while True:\n    pass\n"), limits=limits)
+    assert result.status == "infra_error" and "overloaded" in result.reason, result
+    assert result.cpu_s < 0.1 and result.wall_s >= 2, result
+
+
+def test_tree_clock_tells_waiting_for_a_cpu_from_running_and_sleeping():
+    """The host-side clock other graders use (ludus.sandbox.load): a process asleep has used its
+    own time; one spinning on a CPU shared with four busy processes has used about a fifth of the
+    time elapsed, the rest waiting for the CPU, and has not."""
+    cpu = a_cpu()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    spinner = subprocess.Popen([sys.executable, "-c", _pinned(cpu, "while True:\n    pass\n")])
+    try:
+        with crowded(cpu, busy=4):
+            clocks = {p: TreeClock([p.pid]) for p in (sleeper, spinner)}
+            time.sleep(1.0)
+            times = {p: clock.sample() for p, clock in clocks.items()}
+            wall = time.monotonic() - clocks[spinner].started
+    finally:
+        for process in (sleeper, spinner):
+            process.kill()
+            process.wait()
+    assert clocks[spinner].available
+    assert times[sleeper].cpu_s < 0.1 and times[sleeper].overran(0.5, wall), times[sleeper].describe(wall)
+    assert times[spinner].waited_s > 0.5 and not times[spinner].overran(0.5, wall), times[spinner].describe(wall)
 
 
 def test_memory_limit(box):

@@ -16,12 +16,20 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from load_support import a_cpu, crowded, pinned_children
 from ludus.cli import main
 from ludus.core.types import Message, Status, ToolCall
 from ludus.envs.sql.env import SQLEnv
 from ludus.envs.sql.postgres import PostgresEngine, TemporaryServer
 from ludus.envs.sql.tasks import LEVELS, SQLTasks
-from ludus.envs.sql.verifier import QueryError, QueryLimits, SQLiteDatabase, compare_results, orders_rows
+from ludus.envs.sql.verifier import (
+    QueryError,
+    QueryLimits,
+    QueryTimeout,
+    SQLiteDatabase,
+    compare_results,
+    orders_rows,
+)
 from ludus.policies.base import SamplingParams
 from ludus.rollout.engine import RolloutEngine, requests
 from ludus.rollout.scripted import NothingPolicy
@@ -174,6 +182,25 @@ def test_a_query_past_the_time_limit_is_interrupted_and_the_connection_lives_on(
     assert time.monotonic() - started < 60  # interrupted, not run to its end (which takes hours)
     assert episode.score(episode.task, f"```sql\n{bomb}\n```").status == Status.TIMEOUT
     assert episode.score(episode.task, f"```sql\n{episode.task.answer}\n```").status == Status.CORRECT
+
+
+def test_a_busy_machine_never_turns_a_query_into_a_timeout(engine):
+    """The server shares one CPU with 4 busy processes: a query needing a fraction of its 1 s of
+    CPU time takes far longer in wall time, and still finishes; a runaway query is still stopped
+    by its CPU time, as ``timeout`` (the server runs here, so its CPU time is read)."""
+    db = engine.open(SQLTasks(2, seed=5).get(0).info["db"])
+    limits = QueryLimits(timeout_s=1.0)
+    count = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n}) SELECT count(*) FROM c"
+    cpu = a_cpu()
+    try:
+        assert db.query(count.format(n=10), limits).rows == ((10,),)
+        with pinned_children(cpu), crowded(cpu, busy=4):
+            done = db.query(count.format(n=600_000), limits)
+            with pytest.raises(QueryTimeout, match="of CPU time"):
+                db.query(count.format(n=10**12), limits)
+        assert done.rows == ((600_000,),)
+    finally:
+        db.close()
 
 
 def test_the_hidden_variant_is_out_of_the_model_s_reach(episode, engine):

@@ -4,17 +4,21 @@ their folder without new files."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from load_support import a_cpu, crowded, pinned
 from ludus.core.tools import ToolCache
-from ludus.core.types import Message, Status, Task, ToolCall
+from ludus.core.types import InfraError, Message, Status, Task, ToolCall
 from ludus.envs.sql.env import SQLEnv
 from ludus.envs.sql.tasks import SQLTasks
-from ludus.envs.sql.verifier import QueryLimits, SQLiteDatabase, SQLVerifier
+from ludus.envs.sql.verifier import QueryLimits, QueryStarved, SQLiteDatabase, SQLVerifier
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
@@ -119,7 +123,7 @@ def test_a_cross_join_that_would_run_for_minutes_is_stopped_by_the_step_budget(t
     assert reply.observation.messages[0].content.startswith("Error: query exceeded the limit")
 
 
-def test_the_wall_clock_deadline_interrupts_the_engine_too(task, untouched):
+def test_the_cpu_time_limit_interrupts_the_engine_too(task, untouched):
     env = SQLEnv(timeout_s=0.3, max_steps=10**15)
     env.reset(task)
     score = env.step(CROSS_JOIN.format(t=_big_table(task))).score
@@ -129,6 +133,46 @@ def test_the_wall_clock_deadline_interrupts_the_engine_too(task, untouched):
     result = env.step(Message("assistant", "", tool_calls=[call]))
     assert "query timed out after 0.3 s" in result.observation.messages[0].content
     assert result.info["tool_errors"] == 1  # reported as a failure, so never cached
+
+
+COUNT_TO = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT {n}) SELECT count(*) FROM c"
+
+
+def test_a_busy_machine_never_turns_a_query_into_a_timeout(task):
+    """The query's thread shares one CPU with 4 busy processes: a query needing a fraction of its
+    1 s of CPU time takes several seconds of wall time, and still finishes. Its limit is CPU time."""
+    db = SQLiteDatabase(task.info["db"])
+    limits = QueryLimits(timeout_s=1.0, max_steps=10**15)
+    assert db.query(COUNT_TO.format(n=10), limits).rows == ((10,),)
+    cpu = a_cpu()
+    with pinned(cpu), crowded(cpu, busy=4):
+        result = db.query(COUNT_TO.format(n=500_000), limits)
+    assert result.rows == ((500_000,),)
+
+
+def test_a_query_held_back_past_the_backstop_is_infra_error_not_a_timeout(task):
+    """Another thread holds the interpreter lock (a regular expression backtracking for seconds)
+    while the query runs: the query cannot go on, though it has used a sliver of its CPU time.
+    At the wall-clock backstop it is ``QueryStarved``, an ``InfraError``: never ``timeout``."""
+    db = SQLiteDatabase(task.info["db"])
+    limits = QueryLimits(timeout_s=0.05, max_steps=10**15)
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            db.query(COUNT_TO.format(n=10**12), limits)
+        except BaseException as exc:  # noqa: BLE001 - what ended the query is the result
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    clock = time.pthread_getcpuclockid(runner.ident)
+    while time.clock_gettime(clock) < 0.005:  # the query is running
+        time.sleep(0.001)
+    re.match(r"(a+)+$", "a" * 24 + "b")  # ~1.5 s of backtracking, the lock held throughout
+    runner.join()
+    assert len(outcome) == 1 and isinstance(outcome[0], QueryStarved), outcome
+    assert isinstance(outcome[0], InfraError) and "too busy" in str(outcome[0])
 
 
 HUGE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 5000000) SELECT x, 'padding' FROM c"

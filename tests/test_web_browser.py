@@ -7,8 +7,9 @@ import threading
 import psutil
 import pytest
 
-from ludus.core.types import Message, Score, Status, Task, ToolCall
-from ludus.envs.web.browser import BrowserService
+from load_support import a_cpu, crowded, pinned_children
+from ludus.core.types import InfraError, Message, Score, Status, Task, ToolCall
+from ludus.envs.web.browser import ActionError, BrowserService
 from ludus.envs.web.env import BrowserEnv
 from ludus.envs.web.server import Response
 from support import act
@@ -231,6 +232,32 @@ def test_an_action_storm_is_capped():
         assert result.info["tool_calls"] == 40 and result.info["tool_errors"] == 35
         assert "limit of 5 tool calls is used up" in result.observation.messages[-1].content
         assert act(env, "answer", text="ok").score.status == "correct"  # the episode still ends properly
+    finally:
+        env.close()
+
+
+def test_a_starved_browser_is_infra_error_and_a_refusal_stays_a_refusal():
+    """The browser shares one CPU with 6 busy processes. A click it cannot finish in time is
+    ``InfraError`` (retried, then masked), never "could not be clicked"; a disabled button and a
+    missing option are refused as on an idle machine: the page refuses them, not the load."""
+    env = ToyEnv(extra='<button disabled data-ludus-id="88">Locked</button>')
+    cpu = a_cpu()
+
+    def attempt(name: str, timeout_s: float, **args) -> object:
+        try:
+            return env.service.run(env.tab.act(name, args, timeout_s), 120)
+        except (ActionError, InfraError) as exc:
+            return exc
+
+    try:
+        text = env.reset(TASK, 0).messages[-1].content
+        with pinned_children(cpu), crowded(cpu, busy=6):
+            starved = attempt("click", 0.02, element=element(text, "checkbox"))
+            locked = attempt("click", 1, element=88)
+            missing = attempt("select", 1, element=element(text, "combobox"), option="Green")
+        assert isinstance(starved, InfraError) and "starved of CPU" in str(starved), starved
+        assert isinstance(locked, ActionError) and str(locked) == "[88] could not be clicked", locked
+        assert isinstance(missing, ActionError) and "is not a list with the option 'Green'" in str(missing), missing
     finally:
         env.close()
 

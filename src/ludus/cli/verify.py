@@ -34,7 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     )
     p.add_argument("--workers", type=int, default=0, help="verifier processes or sandbox workers (default: all cores)")
     p.add_argument(
-        "--timeout", type=float, help="seconds per line (math, default 5) or per test call (code, default 5)"
+        "--timeout",
+        type=float,
+        help="CPU seconds per line (math, default 5) or per test call (code, default 5); a busy machine never shortens it",
     )
     math = p.add_argument_group("math")
     math.add_argument("--max-answer-chars", type=int, default=1000, help="longer final answers are refused unparsed")
@@ -53,8 +55,17 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     code = p.add_argument_group("code")
     code.add_argument("--partial-credit", action="store_true", help="reward the fraction of tests passed")
     code.add_argument("--shuffle", action="store_true", help="run the tests in a random order")
-    code.add_argument("--prune", action="store_true", help="stop at the first failing test")
-    code.add_argument("--wall", type=float, default=30.0, help="seconds for a solution's whole run (default 30)")
+    code.add_argument(
+        "--prune",
+        action=argparse.BooleanOptionalAction,
+        help="stop at the first failing test (default: yes, unless --partial-credit, which needs the count)",
+    )
+    code.add_argument(
+        "--wall",
+        type=float,
+        default=30.0,
+        help="seconds of a solution's whole run, not counting time spent waiting for a CPU (default 30)",
+    )
     code.add_argument(
         "--backend", choices=["auto", "bwrap", "process"], default="auto", help="sandbox backend (see ludus doctor)"
     )

@@ -20,7 +20,7 @@ One worker serves one execution at a time, over a control socket to the host:
 * It is process 1 of its PID namespace: when it exits or is killed, the kernel kills
   everything left in that namespace, so nothing outlives an execution. Executions never
   share a writable file: each one has its own tmpfs.
-* The worker reads the child's stdout/stderr with caps, enforces the wall-clock deadline,
+* The worker reads the child's stdout/stderr with caps, enforces the time limits (see _watch),
   and reports one JSON reply. The host may send ``{"op": "kill"}`` while an execution runs.
 
 Isolation levels (``boot["isolate"]``; the worker reports the one it reached):
@@ -54,16 +54,19 @@ import time
 import traceback
 import types
 
-try:  # inside the sandbox the host installs the module under this name
+try:  # inside the sandbox the host installs the modules under these names
+    import ludus_load as load
     import ludus_plain as plain
 except ImportError:  # pragma: no cover - imported on the host for its constants and frame helpers
-    from ludus.sandbox import plain
+    from ludus.sandbox import load, plain
 
 HEADER = struct.Struct("!I")
 MAX_FRAME = 256 * 1024 * 1024
 EXIT_MEMORY = 204  # the exit code after a MemoryError (only a hint: the program could fake it, to its loss)
 EXIT_SETUP = 205  # the child could not set up (told apart from the program by the ready byte, not this code)
 READY_FD = 512
+SAMPLE_S = 0.05  # how often a running execution's CPU time and run-queue wait are read
+KILL_GRACE_S = 5.0  # how long a killed execution may take to end before the worker stops waiting
 
 CLONE_PARENT = 0x00008000
 CLONE_NEWNS = 0x00020000
@@ -348,7 +351,7 @@ def execute(ctrl: socket.socket, template: socket.socket, request: dict, fds: li
             raise SystemExit("the template process is gone")  # the host replaces this worker
         if pid < 0:
             return {"status": "infra_error", "reason": "could not start the execution: " + os.strerror(-pid)}
-        reply = _watch(ctrl, pid, out_r, err_r, ready_r, limits, started)
+        reply = _watch(ctrl, pid, out_r, err_r, ready_r, limits, started, float(request.get("stop_grace_s") or 0))
     finally:
         for fd in (out_r, err_r, ready_r):
             _close(fd)
@@ -367,10 +370,26 @@ def _first_to_die() -> None:
     _write("/proc/self/oom_score_adj", "1000")
 
 
-def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
-    """Collect output until the child ends, enforcing the deadline and the output cap; the reply."""
+def _execution_processes() -> list[int]:
+    """The running execution's processes that are our children: the child itself and, without
+    namespaces, whatever it orphaned (this worker is their subreaper); never the template."""
+    return [pid for pid in load.children(os.getpid()) if pid != _template_pid]
+
+
+def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started, stop_grace_s=0.0) -> dict:
+    """Collect output until the child ends, enforcing the time limits and the output cap; the reply.
+
+    The limits count what the program did, never how busy the machine was (see load.py): its
+    CPU time (all its processes together), and its own time (wall-clock time less the time it
+    waited for a CPU) against ``wall_s``. A starved program gets more wall-clock time, up to
+    the backstop; one still running then is ``infra_error``.
+
+    With ``stop_grace_s``, a program at its CPU or own-time limit gets SIGTERM and that long to
+    end by itself (a runner reporting what its command left behind) before SIGKILL."""
     cap = int(limits["output_bytes"])
-    deadline = started + float(limits["wall_s"])
+    wall_s, cpu_s = float(limits["wall_s"]), float(limits["cpu_s"])
+    backstop = started + float(limits["backstop_s"])
+    clock = load.TreeClock(_execution_processes, started)
     outputs = {out_r: bytearray(), err_r: bytearray()}
     truncated = {out_r: False, err_r: False}
     sel = selectors.DefaultSelector()
@@ -378,11 +397,15 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
         sel.register(fd, selectors.EVENT_READ)
     sel.register(ctrl, selectors.EVENT_READ)
     open_streams = {out_r, err_r, ready_r}
-    ready, killed_by, ended = b"", None, None  # ended: (wait status, rusage, when)
+    ready, killed_by, killed_at, ended = b"", None, 0.0, None  # ended: (wait status, rusage, when)
 
     def kill(reason: str) -> None:
-        nonlocal killed_by
-        killed_by = killed_by or reason
+        nonlocal killed_by, killed_at
+        if killed_by is None:
+            killed_by, killed_at = reason, time.monotonic()
+            if stop_grace_s and reason in ("cpu", "wall"):
+                _signal(pid, signal.SIGTERM)
+                return
         _kill_tree(pid)
 
     while open_streams or ended is None:
@@ -393,15 +416,25 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
                 ended = (status, usage, now)
         if ended is not None and (not open_streams or now > ended[2] + 0.5):
             break  # a process it left behind (only without namespaces) must not hold us
-        if now >= deadline and killed_by != "wall":
-            kill("wall")
-        if now >= deadline + 5.0:
+        if killed_by is None and ended is None:
+            if now >= clock.last + SAMPLE_S or clock.times.overran(wall_s, now - started):
+                clock.sample(now)  # the wait so far, before its own time is judged
+            if clock.times.cpu_s >= cpu_s:
+                kill("cpu")
+            elif clock.times.overran(wall_s, now - started):
+                kill("wall")
+            elif now >= backstop:
+                kill("backstop")
+        graceful = stop_grace_s if killed_by in ("cpu", "wall") else 0.0
+        if graceful and now >= killed_at + graceful:
+            _kill_tree(pid)  # its grace is over
+        if killed_by is not None and now >= killed_at + graceful + KILL_GRACE_S:
             break
         if not open_streams:  # the child closed its output and is about to be reaped (or is stuck)
             time.sleep(0.0005)
             continue
-        wake = deadline if now < deadline else deadline + 5.0
-        for key, _ in sel.select(timeout=min(0.05, max(0.001, wake - now))):
+        wake = killed_at + KILL_GRACE_S if killed_by else min(clock.last + SAMPLE_S, backstop)
+        for key, _ in sel.select(timeout=min(SAMPLE_S, max(0.001, wake - now))):
             fd = key.fd
             if fd == ctrl.fileno():
                 message, extra = recv_frame(ctrl)
@@ -431,33 +464,50 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started) -> dict:
         ended = (status, usage, time.monotonic())
     _reap_orphans()
     status, usage, _ = ended
+    times = clock.times
     reply = {
         "stdout": outputs[out_r].decode("utf-8", "replace"),
         "stderr": outputs[err_r].decode("utf-8", "replace"),
         "stdout_truncated": truncated[out_r],
         "stderr_truncated": truncated[err_r],
         "wall_s": round(time.monotonic() - started, 4),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 4),
+        "cpu_s": round(max(usage.ru_utime + usage.ru_stime, times.cpu_s), 4),
+        "cpu_wait_s": round(times.waited_s, 4),
         "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
         "exit_code": None,
         "signal": None,
     }
     if ready != b"R":  # the child never finished its (trusted) setup: nothing the program did
         return reply | {"status": "infra_error", "reason": "the execution could not set itself up"}
-    return reply | _classify(status, reply["cpu_s"], killed_by, limits)
+    return reply | _classify(status, reply, killed_by, limits, clock.available)
 
 
-def _classify(wait_status: int, cpu_s: float, killed_by: str | None, limits: dict) -> dict:
+def _classify(wait_status: int, reply: dict, killed_by: str | None, limits: dict, measured_wait: bool) -> dict:
     code = os.waitstatus_to_exitcode(wait_status)
     fields = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None}
+    cpu_s, waited = reply["cpu_s"], reply["cpu_wait_s"]
+    by_rlimit = killed_by is None and code < 0 and (-code == signal.SIGXCPU or cpu_s >= float(limits["cpu_s"]) - 0.05)
+    if killed_by == "cpu" or by_rlimit:
+        return fields | {"status": "timeout", "reason": f"CPU time limit of {limits['cpu_s']} s"}
     if killed_by == "wall":
-        return fields | {"status": "timeout", "reason": f"wall-clock limit of {limits['wall_s']} s"}
+        if not measured_wait:
+            why = "this kernel keeps no scheduler statistics, so time spent waiting for a CPU counts too"
+        else:
+            why = f"not counting {waited:.2f} s spent waiting for a CPU"
+        return fields | {"status": "timeout", "reason": f"wall-clock limit of {limits['wall_s']} s ({why})"}
+    if killed_by == "backstop":
+        return fields | {
+            "status": "infra_error",
+            "reason": (
+                f"the machine was overloaded: in {reply['wall_s']:.1f} s the program waited {waited:.1f} s for a "
+                f"CPU and used {cpu_s:.2f} s of its {limits['cpu_s']} s CPU limit; stopped at the "
+                f"{limits['backstop_s']:g} s backstop"
+            ),
+        }
     if killed_by == "output":
         return fields | {"status": "killed", "reason": f"output over the {limits['output_bytes']}-byte limit"}
     if killed_by == "host":
         return fields | {"status": "killed", "reason": "stopped by the host"}
-    if code < 0 and (-code == signal.SIGXCPU or cpu_s >= float(limits["cpu_s"]) - 0.05):
-        return fields | {"status": "timeout", "reason": f"CPU time limit of {limits['cpu_s']} s"}
     if code == EXIT_MEMORY:
         return fields | {"status": "memory", "reason": f"memory limit of {limits['memory_mb']} MiB"}
     if code < 0:
@@ -590,7 +640,10 @@ def _set_limits(limits: dict, stack: int) -> None:
             soft, hard = min(soft, current), min(hard, current)
         resource.setrlimit(which, (soft, hard))
 
-    cpu = max(1, int(-(-float(limits["cpu_s"]) // 1)))
+    # the worker stops the program when all its processes together reach cpu_s (see _watch);
+    # RLIMIT_CPU, per process, is a second line a second later, so a forked child never dies
+    # of it first and lets its parent carry on as if nothing had happened
+    cpu = max(1, int(-(-float(limits["cpu_s"]) // 1))) + 1
     cap(resource.RLIMIT_CPU, cpu, cpu + 1)
     cap(resource.RLIMIT_AS, int(limits["memory_mb"]) << 20)
     cap(resource.RLIMIT_NPROC, int(limits["processes"]))
@@ -644,7 +697,7 @@ def _run_python(request: dict, mode: str) -> int:
                 return 1
             if sock is not None:
                 _serve_recursion()
-                serve_calls(sock, module.__dict__)
+                serve_calls(sock, module.__dict__, request.get("call_cpu_s"))
     except SystemExit as exc:
         code = _exit_status(exc)
     except MemoryError:
@@ -777,44 +830,77 @@ def _describe(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
 
 
-def serve_calls(sock: socket.socket, namespace: dict) -> None:
+class CallTimedOut(BaseException):
+    """Raised once into a call that used its CPU time (a BaseException: ``except Exception``
+    in the solution does not catch it; a solution that swallows it anyway spins on until the
+    execution's own CPU limit stops it)."""
+
+
+_in_call = False  # the CPU timer may interrupt the solution's code, never ours
+_call_overran = False  # the call used its CPU time: a timeout, whatever it answers after catching that
+
+
+def _call_timer_fired(signum, frame) -> None:
+    global _in_call, _call_overran
+    if _in_call:
+        _in_call, _call_overran = False, True
+        raise CallTimedOut
+
+
+def serve_calls(sock: socket.socket, namespace: dict, call_cpu_s: float | None = None) -> None:
     """Answer the grader's calls into the solution: ``{"call": name, "args", "kwargs"}`` or ``{"get": name}``.
 
     With ``"method": m``, the call goes to method ``m`` of a fresh instance of class ``name``
     (``Solution().twoSum(...)``, as LeetCode-style tasks are called). Arguments and results are
     plain values (see plain.py); an exception is reported by type name and message. Runs until
     the grader closes the socket.
+
+    A call that uses ``call_cpu_s`` of CPU time (a profiling timer: CPU, so the verdict does
+    not depend on the machine's load) is answered ``{"ok": False, "timeout": True}``.
     """
+    global _in_call, _call_overran
     names = {
         k: "callable" if callable(v) else "value"
         for k, v in list(namespace.items())[:10_000]
         if not k.startswith("__") and not isinstance(v, types.ModuleType)
     }
     send_frame(sock, {"loaded": True, "names": names})
+    if call_cpu_s:
+        signal.signal(signal.SIGPROF, _call_timer_fired)
     while True:
         request, _ = recv_frame(sock)
         if request is None:
             return
         name = request.get("call") or request.get("get")
         try:
-            if name not in namespace:
-                raise NameError(f"the solution defines no {name!r}")
-            if "get" in request:
-                value = namespace[name]
-            else:
-                args = plain.decode(request["args"])
-                kwargs = plain.decode(request["kwargs"])
-                target = namespace[name]
-                if "method" in request:
-                    target = getattr(target(), str(request["method"]))
-                value = target(*args, **kwargs)
-            reply = {"ok": True, "value": plain.encode(value)}
+            if call_cpu_s:
+                _in_call, _call_overran = True, False
+                signal.setitimer(signal.ITIMER_PROF, call_cpu_s)
+            try:
+                if name not in namespace:
+                    raise NameError(f"the solution defines no {name!r}")
+                if "get" in request:
+                    value = namespace[name]
+                else:
+                    args = plain.decode(request["args"])
+                    kwargs = plain.decode(request["kwargs"])
+                    target = namespace[name]
+                    if "method" in request:
+                        target = getattr(target(), str(request["method"]))
+                    value = target(*args, **kwargs)
+                reply = {"ok": True, "value": plain.encode(value)}
+            finally:
+                _in_call = False
+                if call_cpu_s:
+                    signal.setitimer(signal.ITIMER_PROF, 0)
         except MemoryError:
             reply = {"ok": False, "error_type": "MemoryError", "error": "out of memory"}
         except plain.NotPlain as exc:
             reply = {"ok": False, "error_type": "NotPlain", "error": str(exc)}
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: exiting is not an answer
             reply = {"ok": False, "error_type": type(exc).__name__, "error": _describe(exc)}
+        if _call_overran:  # whatever the call answered after the timer stopped it
+            reply = {"ok": False, "timeout": True, "error": f"the call used more than {call_cpu_s:g} s of CPU time"}
         send_frame(sock, reply)
 
 
@@ -824,17 +910,21 @@ def serve_calls(sock: socket.socket, namespace: dict) -> None:
 def _kill_tree(b_pid: int) -> None:
     """SIGKILL B; with namespaces that ends its whole PID namespace, else its process group too."""
     for target in (b_pid, -b_pid):
-        try:
-            os.kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _signal(target, signal.SIGKILL)
+
+
+def _signal(target: int, signum: int) -> None:
+    try:
+        os.kill(target, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _kill_descendants() -> None:
     """Without namespaces: kill every child of this subreaper but the template, until none is
     left (an orphaned grandchild becomes our child, so repeating reaches every descendant)."""
     for _ in range(100):
-        children = [pid for pid in _children() if pid != _template_pid]
+        children = _execution_processes()
         if not children:
             return
         for pid in children:
@@ -843,28 +933,6 @@ def _kill_descendants() -> None:
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-
-
-def _children() -> list[int]:
-    """This process's children: one read of /proc/self/task/<tid>/children (the worker has one
-    thread), or, where the kernel lacks that file, a scan of every process's parent."""
-    me = os.getpid()
-    try:
-        with open(f"/proc/self/task/{me}/children", "rb") as fh:
-            return [int(pid) for pid in fh.read().split()]
-    except FileNotFoundError:
-        pass
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    fields = fh.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == me:
-                children.append(int(entry))
-    return children
 
 
 def _reap_orphans() -> None:

@@ -35,7 +35,7 @@ from ludus.sandbox.types import Execution, Limits
 
 HERE = Path(__file__).resolve().parent
 STARTUP_TIMEOUT_S = 60.0
-REPLY_GRACE_S = 15.0  # how long past an execution's wall limit the host waits before declaring the worker dead
+REPLY_GRACE_S = 15.0  # how long past an execution's backstop the host waits before declaring the worker dead
 # Modules model code imports most, loaded once by each worker. Every execution is a fork, and
 # a fork (and its exit) costs in proportion to the worker's memory: measured here, 0.5 ms with
 # these, 1.3 ms with twelve more (decimal, statistics, dataclasses, unittest, ...).
@@ -128,6 +128,7 @@ class _Worker:
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         modules = [
             shipped("ludus_plain", HERE / "plain.py"),
+            shipped("ludus_load", HERE / "load.py"),
             shipped("ludus_inside", HERE / "inside.py"),
             *spec.modules,
         ]
@@ -257,7 +258,7 @@ class Running:
             return self._result
         worker, healthy = self._worker, False
         try:
-            reply = worker.receive(time.monotonic() + self._limits.wall_s + REPLY_GRACE_S)
+            reply = worker.receive(time.monotonic() + self._limits.backstop_s + REPLY_GRACE_S)
             self._result = Execution.from_json(reply)
             healthy = True
         except TimeoutError:
@@ -383,6 +384,8 @@ class Sandbox:
         limits: Limits | None = None,
         pass_fds: Sequence[int] = (),
         serve: bool = False,
+        call_cpu_s: float | None = None,
+        stop_grace_s: float | None = None,
         module_name: str = "__main__",
         trusted: bool = False,
     ) -> Running:
@@ -391,7 +394,12 @@ class Sandbox:
         (``module:function`` of a module shipped in the worker spec) must be given.
 
         ``pass_fds`` become descriptors 3, 4, … of the execution. With ``serve``, the code's
-        top-level names then answer calls on descriptor 3 (see ``inside.serve_calls``).
+        top-level names then answer calls on descriptor 3 (see ``inside.serve_calls``), each
+        call stopped after ``call_cpu_s`` seconds of CPU time if given.
+
+        ``stop_grace_s``: a program that reaches its CPU or own-time limit is sent SIGTERM and
+        given that long to end by itself before SIGKILL (still ``timeout``): a runner such as
+        the repo environment's reports what its command left behind.
 
         ``trusted`` is for ludus's own code (``call``) only, such as the code grader's test
         runner: it skips the per-execution namespaces (still inside the worker's sandbox, with
@@ -402,6 +410,8 @@ class Sandbox:
             raise ValueError("trusted= is only for call= (ludus's own shipped functions), never for code or argv")
         if sum(x is not None for x in (code, argv, call)) != 1:
             raise ValueError("give exactly one of code=, argv= or call=")
+        if call_cpu_s is not None and not (serve and call_cpu_s > 0):
+            raise ValueError(f"call_cpu_s must be a positive number of seconds, with serve=True; got {call_cpu_s!r}")
         for name in files or {}:  # the caller's mistake, said now, rather than a failed execution
             path = os.path.normpath(name)
             if not name or path in (".", "..") or path.startswith(("/", "../")):
@@ -416,6 +426,8 @@ class Sandbox:
             "files": {name: _file_json(content) for name, content in (files or {}).items()},
             "stdin_b64": base64.b64encode(stdin.encode() if isinstance(stdin, str) else stdin).decode(),
             "serve": serve,
+            "call_cpu_s": call_cpu_s,
+            "stop_grace_s": stop_grace_s,
             "module_name": module_name,
             "trusted": trusted,
         }

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from ludus.sandbox.load import backstop_s
+
 ExecStatus = Literal["ok", "timeout", "memory", "killed", "infra_error"]
 DEFAULT_STACK_MB = 8  # the usual `ulimit -s` of a shell (Linux distributions' default)
 OPTIONAL_LIMITS = ("recursion", "stack_mb")  # None: as a plain `python` run has it
@@ -13,6 +15,12 @@ OPTIONAL_LIMITS = ("recursion", "stack_mb")  # None: as a plain `python` run has
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of one execution. The defaults suit a unit-test-sized program.
+
+    Time limits count what the program did, not how busy the machine was: ``cpu_s`` is the CPU
+    time of all its processes together, and ``wall_s`` bounds its *own* time, wall-clock time
+    less the time it was ready to run but waiting for a CPU (so it stops a program that sleeps
+    or blocks). Either is ``timeout``. A program the machine held back runs on, up to the
+    wall-clock ``backstop_s``; one still running then is ``infra_error``, never ``timeout``.
 
     ``memory_mb`` caps the address space (so threads, which reserve stack, need headroom);
     ``processes`` caps processes and threads; ``disk_mb`` is the size of the private /tmp;
@@ -53,8 +61,14 @@ class Limits:
             return max(DEFAULT_STACK_MB << 20, min(int(self.memory_mb) << 19, 1 << 30))
         return DEFAULT_STACK_MB << 20
 
+    @property
+    def backstop_s(self) -> float:
+        """The wall-clock backstop: ``wall_s`` and ``cpu_s`` count the program's own doing, never
+        time it spent waiting for a CPU, so a starved program runs on until this (see load.py)."""
+        return backstop_s(max(self.wall_s, self.cpu_s))
+
     def to_json(self) -> dict[str, Any]:
-        return _flat(self)
+        return _flat(self) | {"backstop_s": self.backstop_s}
 
 
 @dataclass(frozen=True)
@@ -62,9 +76,11 @@ class Execution:
     """The outcome of one execution.
 
     ``status`` is ``ok`` when the program ran to its end (whatever its ``exit_code``),
-    ``timeout`` (wall or CPU limit), ``memory``, ``killed`` (a signal, the output limit, or
-    the host stopping it), or ``infra_error`` — the sandbox itself failed, which says nothing
-    about the program. ``reason`` says which limit or failure, in words.
+    ``timeout`` (the CPU limit, or the wall-clock limit on its own time), ``memory``, ``killed``
+    (a signal, the output limit, or the host stopping it), or ``infra_error`` — the sandbox
+    itself failed, or the machine was so busy that the program reached the backstop, which
+    says nothing about the program. ``reason`` says which limit or failure, in words.
+    ``cpu_wait_s`` is how long the program was ready to run but waiting for a CPU.
     """
 
     status: ExecStatus
@@ -76,6 +92,7 @@ class Execution:
     stderr_truncated: bool = False
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    cpu_wait_s: float = 0.0
     max_rss_mb: float = 0.0
     reason: str = ""
 

@@ -67,7 +67,7 @@ class CodeEnv(SingleTurnEnv):
         seed: int = 0,
         partial_credit: bool = False,
         shuffle: bool = False,
-        prune: bool = False,
+        prune: bool | None = None,
         test_timeout_s: float = 5.0,
         wall_s: float = 30.0,
         workers: int | None = None,

@@ -41,7 +41,7 @@ class SolutionGone(BaseException):
 
 
 class CallTimeout(SolutionGone):
-    pass
+    """A call used the CPU time a call may use (the solution's side counts it: see inside.serve_calls)."""
 
 
 class SolutionError(Exception):
@@ -74,19 +74,20 @@ def _encode_args(value) -> str:
 
 
 class Link:
-    def __init__(self, sock: socket.socket, call_timeout_s: float):
-        self.sock, self.call_timeout_s, self.gone = sock, call_timeout_s, ""
+    """The socket to the solution. Waits for its replies without a clock of its own: the time a
+    call may take is counted in CPU on the solution's side, and a solution that sleeps or hangs
+    ends at its execution's limits, which closes the socket (a wall-clock wait here would turn
+    a busy machine into a timeout)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.gone, self.timed_out = sock, "", False
         self.calls = 0
 
-    def receive(self, timeout: float):
+    def receive(self):
         if self.gone:
             raise SolutionGone(self.gone)
-        self.sock.settimeout(timeout)
         try:
             message, fds = inside.recv_frame(self.sock, MAX_REPLY)
-        except TimeoutError:
-            self.gone = f"the solution did not answer within {timeout:g} s"
-            raise CallTimeout(self.gone) from None
         except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 - whatever it sent, it failed
             message, fds = None, []
             self.gone = f"the solution sent a malformed message ({type(exc).__name__})"
@@ -106,7 +107,10 @@ class Link:
         except OSError as exc:
             self.gone = f"the solution exited or crashed ({exc})"
             raise SolutionGone(self.gone) from None
-        reply = self.receive(self.call_timeout_s)
+        reply = self.receive()
+        if reply.get("timeout") is True:
+            self.gone, self.timed_out = str(reply.get("error", "the call ran out of CPU time"))[:MESSAGE_CHARS], True
+            raise CallTimeout(self.gone)
         if reply.get("ok") is True and type(reply.get("value")) is str:
             try:
                 return plain.decode(reply["value"])
@@ -149,9 +153,9 @@ def run(payload: dict, _fd: int) -> int:
 
 
 def _run(payload: dict, emit) -> dict:
-    link = Link(socket.socket(fileno=CALL_SOCKET_FD), float(payload["call_timeout_s"]))
+    link = Link(socket.socket(fileno=CALL_SOCKET_FD))
     try:
-        hello = link.receive(float(payload["load_timeout_s"]))
+        hello = link.receive()
     except SolutionGone as exc:
         return {"loaded": False, "load_error": str(exc)}
     if hello.get("loaded") is not True:
@@ -214,7 +218,7 @@ def _run_statements(payload: dict, link: Link, names: dict, emit) -> dict:
         except BaseException as exc:  # noqa: BLE001
             outcome, message = "error", _message(exc)
         if outcome == "passed" and link.gone:  # the test swallowed the crash; it still failed
-            outcome, message = ("timeout" if "did not answer" in link.gone else "crashed"), link.gone
+            outcome, message = ("timeout" if link.timed_out else "crashed"), link.gone
         results[test["id"]] = {"outcome": outcome, "message": message, "seconds": round(time.monotonic() - started, 4)}
         emit({"result": test["id"], **results[test["id"]]})
         if outcome != "passed" and payload.get("prune"):

@@ -454,10 +454,13 @@ class CodeVerifier:
     """Scores (task, completion) pairs by running the tests in the sandbox.
 
     ``partial_credit`` pays the fraction of tests passed (else all or nothing); ``shuffle``
-    runs tests in a random order (seeded by ``seed``); ``prune`` stops at the first failure;
+    runs tests in a random order (seeded by ``seed``); ``prune`` stops at the first failure
+    (``None``, the default: when the reward is all or nothing, which needs no count);
     identical (task, completion) pairs are answered from a cache of ``cache_size`` entries.
     ``limits`` bound the solution's process (all its tests together); ``test_timeout_s``
-    bounds each call into it.
+    bounds the CPU time of each call into it. Time limits count the solution's own doing, never
+    the machine's load (see ``ludus.sandbox.Limits``): a run the machine starved past the
+    sandbox's backstop is ``infra_error``, never ``timeout``.
 
     Code runs as under a plain ``python`` (see the module's docstring): ``limits.recursion``
     (or a task's ``recursion_limit``) raises the recursion limit above python's default, and
@@ -467,7 +470,7 @@ class CodeVerifier:
 
     partial_credit: bool = False
     shuffle: bool = False
-    prune: bool = False
+    prune: bool | None = None
     seed: int = 0
     cache_size: int = 10_000
     limits: Limits = field(default_factory=lambda: Limits(wall_s=30.0, cpu_s=30.0))
@@ -501,7 +504,8 @@ class CodeVerifier:
                 spec = WorkerSpec(
                     modules=(shipped("ludus_code_harness", HARNESS),), warm_imports=warm, hash_seed=self.hash_seed
                 )
-                limits = replace(self.limits, wall_s=self.limits.wall_s + 10, cpu_s=self.limits.cpu_s + 10)
+                # the runner waits on the solution, so its own time must outlast the solution's backstop
+                limits = replace(self.limits, wall_s=self.limits.backstop_s + 10, cpu_s=self.limits.cpu_s + 10)
                 self._harness[key] = Sandbox(limits, workers=self.workers, backend_name=self.backend, spec=spec)
             return self._candidates, self._harness[key]
 
@@ -517,6 +521,13 @@ class CodeVerifier:
         for pool in (self._candidates, *self._harness.values()):
             if pool is not None:
                 pool.close()
+
+    @property
+    def stops_at_first_failure(self) -> bool:
+        """``prune``, else whether the reward is all or nothing: a binary reward needs no count,
+        and running every test after the first failure made a wrong answer (the common case
+        early in RL) cost more to grade than a right one."""
+        return self.prune if self.prune is not None else not self.partial_credit
 
     def __enter__(self) -> CodeVerifier:
         return self
@@ -593,7 +604,7 @@ class CodeVerifier:
             if run.status == "infra_error":
                 return Score.zero(Status.INFRA_ERROR, f"{case.id}: {run.reason}")
             outcomes[case.id] = _judge_run(run, case.expected)
-            if outcomes[case.id][0] != "passed" and self.prune:
+            if outcomes[case.id][0] != "passed" and self.stops_at_first_failure:
                 break
         return self._verdict(task.test_ids, outcomes, extra="")
 
@@ -610,10 +621,8 @@ class CodeVerifier:
             "solution_class": task.solution_class,
             "test_file": task.test_file,
             "module": task.module,
-            "prune": self.prune,
+            "prune": self.stops_at_first_failure,
             "shuffle_seed": self._rng.randrange(2**32) if self.shuffle else None,
-            "call_timeout_s": self.test_timeout_s,
-            "load_timeout_s": self.limits.wall_s,
         }
         solution_end, tests_end = socket.socketpair()
         results_host, results_harness = socket.socketpair()
@@ -622,6 +631,7 @@ class CodeVerifier:
                 program,
                 serve=True,
                 pass_fds=[solution_end.fileno()],
+                call_cpu_s=self.test_timeout_s,
                 module_name=task.module,
                 limits=self._solution_limits(task),
             )
@@ -636,7 +646,7 @@ class CodeVerifier:
                 sock.close()
         # the runner's frames, read while it runs (they may exceed a socket buffer) until its
         # sandbox closes the channel: when the runner exits, is killed, or its worker dies
-        reply = _read_report(results_host, harness.limits.wall_s + REPLY_GRACE_S)
+        reply = _read_report(results_host, harness.limits.backstop_s + REPLY_GRACE_S)
         test_run = tests.wait()
         solution.kill()  # the tests are over: whatever the solution still does is cut short
         solution_run = solution.wait()
@@ -691,6 +701,8 @@ class CodeVerifier:
         outcomes = {
             tid: (str(r.get("outcome")), str(r.get("message", ""))) for tid, r in results.items() if isinstance(r, dict)
         }
+        if solution_run.status == "timeout":  # the test waiting on it saw it end: its time limit ended it
+            outcomes = {tid: ("timeout", m) if o == "crashed" else (o, m) for tid, (o, m) in outcomes.items()}
         extra = (
             f" (solution {solution_run.status}: {solution_run.reason})"
             if solution_run.status in ("timeout", "memory")
@@ -708,11 +720,17 @@ class CodeVerifier:
         components = {"passed": float(passed), "total": float(total)}
         if passed == total:
             return Score(1.0, Status.CORRECT, f"all {total} tests passed", components)
-        failing = next(tid for tid in expected if outcomes.get(tid, ("missing", ""))[0] != "passed")
-        outcome, message = outcomes.get(
-            failing, ("not run", "stopped at an earlier failure" if self.prune else "no result")
-        )
-        reason = f"{passed}/{total} tests passed; {failing} {outcome}" + (f": {message}" if message else "") + extra
+        # stopped at the first failure, the tests after it have no result (pytest -x: "missing")
+        stopped = self.stops_at_first_failure
+        ran = {tid: result for tid, result in outcomes.items() if not (stopped and result[0] == "missing")}
+        failures = [tid for tid in expected if tid in ran and ran[tid][0] != "passed"]
+        failing = failures[0] if failures else next(tid for tid in expected if tid not in ran)
+        outcome, message = ran.get(failing, ("missing", "no result"))
+        not_run = sum(1 for tid in expected if tid not in ran)
+        counted = f"{passed}/{total} tests passed"
+        if stopped and not_run:
+            counted += f" ({not_run} not run: grading stops at the first failure)"
+        reason = f"{counted}; {failing} {outcome}" + (f": {message}" if message else "") + extra
         if self.partial_credit and passed:
             return Score(passed / total, Status.PARTIAL, reason[:1000], components)
         status = Status.TIMEOUT if outcome == "timeout" else Status.WRONG

@@ -12,6 +12,12 @@ A worker is a fresh interpreter (``python -m ludus.envs.math.guard module:functi
 length-prefixed pickles over stdin/stdout, so it never re-imports the caller's ``__main__``
 (the trap of multiprocessing's spawn) and never inherits a forked copy of torch's threads.
 
+The deadline counts the worker's own time, not the wall clock's: a call ends as ``timeout``
+when the worker used ``timeout_s`` of CPU, or of own time (wall time minus the time it waited
+for a CPU: see :mod:`ludus.sandbox.load`). A worker that a busy machine starves gets more wall
+time, up to a backstop; past it the call is ``starved``, which callers score ``infra_error``:
+a load spike never turns an answer into a timeout.
+
 This is for *our* code on hostile data (a LaTeX parser, a SymPy comparison), not for running
 model-written code: that belongs in the sandbox.
 """
@@ -33,13 +39,16 @@ import traceback
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ludus.sandbox.load import TreeClock, backstop_s
+
 STARTUP_TIMEOUT_S = 120.0  # importing the function's module (e.g. SymPy) on a loaded machine
 _HEADER = struct.Struct("!I")
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one call: ``ok`` with ``value``, or ``timeout`` / ``memory`` / ``crash`` with ``detail``."""
+    """What happened to one call: ``ok`` with ``value``, or ``timeout`` / ``memory`` / ``crash`` /
+    ``starved`` (the machine, not the call, was too slow) with ``detail``."""
 
     kind: str
     value: Any = None
@@ -147,27 +156,38 @@ class GuardedPool:
                 self._idle.append(worker)
             self._lock.notify()
 
-    def call(self, *args: Any, timeout_s: float) -> Outcome:
-        """``target(*args)``, or why not: the caller turns a non-``ok`` outcome into a score."""
+    def call(self, *args: Any, timeout_s: float, wall_s: float | None = None) -> Outcome:
+        """``target(*args)``, or why not: the caller turns a non-``ok`` outcome into a score.
+
+        ``timeout_s`` counts the worker's CPU and own time; ``wall_s`` is how long a call that a
+        busy machine starves may take before it is ``starved`` (default: ``backstop_s(timeout_s)``)."""
         try:
             worker: _Worker | None = self._borrow()
         except (RuntimeError, OSError) as exc:
             return Outcome("crash", detail=str(exc))
         assert worker is not None
+        backstop = backstop_s(timeout_s) if wall_s is None else wall_s
+        stopped: Outcome | None = None  # the call ended without a reply: the worker is killed
         try:
+            clock, started = TreeClock([worker.process.pid]), time.monotonic()
             _write(worker.stdin, args)
-            kind, value = _read(worker.fd, time.monotonic() + timeout_s)
-        except TimeoutError:
-            worker.kill()
-            worker = None
-            return Outcome("timeout", detail=f"no result within {timeout_s:g} s; the worker was killed")
+            stopped = _await_reply(worker, clock, timeout_s, started, started + backstop)
+            if stopped is None:
+                kind, value = _read(worker.fd, started + backstop)
+        except TimeoutError:  # a reply begun but not finished by the backstop: starved too
+            stopped = Outcome("starved", detail=f"the machine was too busy: no whole reply within {backstop:g} s")
         except (EOFError, OSError, pickle.UnpicklingError):
             worker.kill()
             code = worker.process.returncode
             worker = None
             return Outcome("crash", detail=f"the verifier worker died (exit code {code})")
         finally:
+            if worker is not None and stopped is not None:
+                worker.kill()
+                worker = None
             self._give_back(worker)
+        if stopped is not None:
+            return stopped
         return Outcome("ok", value) if kind == "ok" else Outcome(kind, detail=value)
 
     def close(self) -> None:
@@ -183,6 +203,26 @@ class GuardedPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _await_reply(worker: _Worker, clock: TreeClock, limit_s: float, started: float, backstop: float) -> Outcome | None:
+    """Wait until the worker's reply is readable (``None``), until the worker has used ``limit_s``
+    of CPU or own time (``timeout``), or until the wall clock reaches ``backstop`` (``starved``)."""
+    check = started + limit_s
+    while True:
+        if select.select([worker.fd], [], [], max(0.0, min(check, backstop) - time.monotonic()))[0]:
+            return None
+        now = time.monotonic()
+        wall, times = now - started, clock.sample(now)
+        if times.overran(limit_s, wall):
+            return Outcome(
+                "timeout", detail=f"no result within {limit_s:g} s ({times.describe(wall)}); the worker was killed"
+            )
+        if now >= backstop:
+            return Outcome(
+                "starved", detail=f"the machine was too busy: {times.describe(wall)}, short of the {limit_s:g} s limit"
+            )
+        check = now + max(0.05, limit_s - max(times.cpu_s, times.own_s(wall)))
 
 
 def cpu_count() -> int:

@@ -255,13 +255,14 @@ class RepoEnv(ToolEnv):
             raise RepoToolError(f"the repository is over {TREE_CAP >> 20} MiB; delete files before running commands")
         result = self.runner.shell(files, links, command)
         notes = [result.note] if result.note else []
-        if result.exit_code is not None or result.timed_out:
+        if result.files is not None:
             notes += self._apply(result.files, result.changed, result.links, result.dirs, result.skipped)
         output = result.output
         if result.dropped_bytes:
             output += f"\n[... output truncated: {result.dropped_bytes} more bytes]"
         if result.timed_out:
             head = f"Error: the command did not finish within {self.runner.timeout_s:g} s and was stopped"
+            head += f": {result.limit}" if result.limit else ""
         elif result.exit_code is None:
             head = "Error: the command did not complete"
         else:

@@ -4,6 +4,10 @@ Shipped into the sandbox as module ``ludus_repo_runner`` by ``ludus.envs.repo.ve
 calls :func:`shell` or :func:`grade`; each reports as JSON on descriptor 3 (never stdout, which the
 command or the code under test controls). Standard library only (pytest too, imported by
 :func:`grade`): the ludus package is not in the sandbox. Importing it on the host runs nothing.
+
+Neither keeps time: the sandbox does, counting CPU time and own time (not time spent waiting
+for a CPU on a busy machine). At a command's limit it sends SIGTERM and :func:`shell` reports
+what the command left behind before the sandbox's SIGKILL.
 """
 
 import base64
@@ -78,8 +82,17 @@ def _kill_others(pgid: int) -> None:
             break
 
 
+_STOP: list[bool] = []  # the sandbox's SIGTERM arrived: the command reached its time limit
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    _STOP.append(True)
+
+
 def shell(payload: dict, _fd: int) -> None:
-    """Run ``payload["command"]`` in the working folder; report its output and the files it changed."""
+    """Run ``payload["command"]`` in the working folder; report its output and the files it changed,
+    also when the sandbox stops it at its time limit."""
+    signal.signal(signal.SIGTERM, _stop)
     root = os.getcwd()
     for rel, target in payload["symlinks"].items():
         try:
@@ -107,19 +120,15 @@ def shell(payload: dict, _fd: int) -> None:
         start_new_session=True,
     )
     cap, out, dropped = payload["output_cap"], bytearray(), 0
-    deadline = time.monotonic() + payload["timeout_s"]
-    timed_out, ended_at = False, None
+    ended_at = None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    while True:
+    while not _STOP:
         now = time.monotonic()
         if ended_at is None and proc.poll() is not None:
             ended_at = now
         if ended_at is not None and now > ended_at + 0.2:
             break  # a background process may hold the pipe open: it does not hold us
-        if now > deadline:
-            timed_out = True
-            break
         if not sel.get_map():
             time.sleep(0.02)
             continue
@@ -131,7 +140,7 @@ def shell(payload: dict, _fd: int) -> None:
             room = cap - len(out)
             out += chunk[: max(room, 0)]
             dropped += max(0, len(chunk) - max(room, 0))
-    exit_code = proc.poll()
+    stopped, exit_code = bool(_STOP), proc.poll()
     _kill_others(proc.pid)
     after, links, dirs = _scan(root)
     changed, skipped, total = {}, [], 0
@@ -148,7 +157,7 @@ def shell(payload: dict, _fd: int) -> None:
     _write_report(
         {
             "exit_code": exit_code,
-            "timed_out": timed_out,
+            "stopped": stopped,
             "output": out.decode("utf-8", "replace"),
             "dropped": dropped,
             "files": sorted(after),

@@ -4,11 +4,11 @@ Two kinds of sandbox execution, both by one small runner, ``harness.py``, shippe
 as module ``ludus_repo_runner``:
 
 * ``shell`` — the agent's command, in a fresh copy of its repository: ``bash -c COMMAND`` in the
-  working folder with a clean environment. When it ends (or times out), every process it left
-  is killed and the runner reports the files that changed, as JSON on a descriptor the command
-  never holds. Nothing of it is trusted: the host validates every path and size (see
-  ``ludus.envs.repo.env``), and it only carries what the agent could have written with its file
-  tools anyway.
+  working folder with a clean environment. When it ends (or reaches its time limit), every
+  process it left is killed and the runner reports the files that changed, as JSON on a
+  descriptor the command never holds. Nothing of it is trusted: the host validates every path
+  and size (see ``ludus.envs.repo.env``), and it only carries what the agent could have written
+  with its file tools anyway.
 * ``grade`` — pytest on the grading tree (:func:`grading_tree`: the agent's tree with every test
   file restored from the pristine copy, test files it added deleted, ``conftest.py``,
   ``sitecustomize.py``/``usercustomize.py``, ``*.pth``, bytecode and pytest configuration files
@@ -17,6 +17,12 @@ as module ``ludus_repo_runner``:
   autoloading off, ``--import-mode=importlib``, the repository appended to — not put in front of
   — ``sys.path``, no environment variables of the agent) and a grader-owned reporter plugin,
   which writes the outcomes, with a random nonce, to a descriptor: never stdout.
+
+Time limits (the command's ``timeout_s``, the tests' ``grade_timeout_s``) are the sandbox's: CPU
+time, and own time (wall-clock time less the time spent waiting for a CPU), so a busy machine
+never turns a command into a timeout or a passing fix into a failing one. A run the machine
+starved until the sandbox's wall-clock backstop is ``infra_error`` (:class:`RepoSandboxError`):
+the episode is retried, then masked.
 
 Limitation, stated plainly: the code under test runs in the test process (tests import it), so
 code written to attack *this* runner specifically could still reach it. The runner raises the
@@ -40,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ludus.core.types import Score, Status
+from ludus.core.types import InfraError, Score, Status
 from ludus.sandbox import Limits, Sandbox, WorkerSpec
 from ludus.sandbox.backend import interpreter
 from ludus.sandbox.pool import DEFAULT_WARM_IMPORTS, shipped
@@ -52,26 +58,29 @@ TEST_DIRS = frozenset({"tests", "test", "testing"})
 REMOVED_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini", "tox.ini"})
 RESTORED_NAMES = frozenset({"setup.cfg", "pyproject.toml"})  # may carry pytest sections: back to pristine
 HARNESS = Path(__file__).resolve().parent / "harness.py"  # the runner, module ``ludus_repo_runner`` in the sandbox
+STOP_GRACE_S = 10.0  # how long the runner of a command at its time limit has to report the files it left
 
 
-class RepoSandboxError(RuntimeError):
-    """The sandbox failed (not the agent): callers report ``infra_error``."""
+class RepoSandboxError(InfraError):
+    """The sandbox failed, or a busy machine starved the run (not the agent): ``infra_error``."""
 
 
 @dataclass
 class ShellResult:
-    """What one ``run`` command did: its output and the files it left (validated by the caller)."""
+    """What one ``run`` command did: its output and the files it left (validated by the caller);
+    ``files`` is None when the runner could not report them (nothing is to be kept)."""
 
     exit_code: int | None
     timed_out: bool
     output: str
     dropped_bytes: int
-    files: list[str]
+    files: list[str] | None
     changed: dict[str, bytes]
     skipped: list[str]
     links: dict[str, str]
     dirs: list[str]
     note: str = ""
+    limit: str = ""  # the limit that stopped it, in the sandbox's words
 
 
 @dataclass
@@ -178,9 +187,12 @@ class RepoRunner:
     total_cap: int = 16 << 20
     count_cap: int = 2000
 
-    def _execute(self, call: str, payload: dict[str, Any], files: Mapping[str, bytes], wall_s: float) -> Any:
+    def _execute(
+        self, call: str, payload: dict[str, Any], files: Mapping[str, bytes], limit_s: float, **options: Any
+    ) -> Any:
+        """Run the runner's ``call``: ``limit_s`` of CPU time and of own time (see the module doc)."""
         limits = Limits(
-            wall_s=wall_s, cpu_s=wall_s, memory_mb=self.memory_mb, processes=64, disk_mb=512, file_size_mb=128
+            wall_s=limit_s, cpu_s=limit_s, memory_mb=self.memory_mb, processes=64, disk_mb=512, file_size_mb=128
         )
         with tempfile.TemporaryFile() as results:
             execution = self.sandbox.run(
@@ -189,6 +201,7 @@ class RepoRunner:
                 files=dict(files),
                 limits=limits,
                 pass_fds=[results.fileno()],
+                **options,
             )
             if execution.status == "infra_error":
                 raise RepoSandboxError(execution.reason or "the sandbox failed")
@@ -206,24 +219,24 @@ class RepoRunner:
             "command": command,
             "symlinks": dict(symlinks),
             "path": f"{os.path.dirname(interpreter())}:/usr/local/bin:/usr/bin:/bin",
-            "timeout_s": self.timeout_s,
             "output_cap": self.output_cap,
             "file_cap": self.file_cap,
             "total_cap": self.total_cap,
             "count_cap": self.count_cap,
         }
-        report, execution = self._execute("shell", payload, files, self.timeout_s + 20.0)
+        report, execution = self._execute("shell", payload, files, self.timeout_s, stop_grace_s=STOP_GRACE_S)
         if report is None:
             # the runner died (its limits, or the command killed it): no file change is kept
+            timed_out = execution.status == "timeout"
             return ShellResult(
-                None, False, "", 0, [], {}, [], {}, [],
+                None, timed_out, "", 0, None, {}, [], {}, [], limit=execution.reason if timed_out else "",
                 note=f"the command's sandbox ended abnormally ({execution.status}: {execution.reason}); "
                 "no file changes were kept",
             )  # fmt: skip
         try:
             return ShellResult(
                 exit_code=report["exit_code"] if isinstance(report["exit_code"], int) else None,
-                timed_out=bool(report["timed_out"]),
+                timed_out=bool(report["stopped"]),
                 output=str(report["output"]),
                 dropped_bytes=int(report["dropped"]),
                 files=[str(f) for f in report["files"]],
@@ -231,10 +244,11 @@ class RepoRunner:
                 skipped=[str(s) for s in report["skipped"]],
                 links={str(k): str(v) for k, v in report["links"].items()},
                 dirs=[str(d) for d in report["dirs"]],
+                limit=execution.reason if report["stopped"] else "",
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             return ShellResult(
-                None, False, "", 0, [], {}, [], {}, [],
+                None, False, "", 0, None, {}, [], {}, [],
                 note=f"the command's report was malformed ({type(exc).__name__}); no file changes were kept",
             )  # fmt: skip
 

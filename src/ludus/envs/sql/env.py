@@ -192,8 +192,8 @@ class SQLEnv(ToolEnv):
             self.trip_honeypot(f"run_query read the table {exc.table!r}")
             raise ToolError(str(exc)) from None  # never cached: every episode that sends it trips the honeypot too
         except QueryTimeout as exc:
-            # the step budget is a property of the query; the wall clock a slow moment of the machine
-            raise ToolError(str(exc), deterministic=not exc.wall) from None
+            # the step budget is a property of the query; its CPU time varies a little from run to run
+            raise ToolError(str(exc), deterministic=exc.deterministic) from None
         except QueryError as exc:
             raise ToolError(str(exc), deterministic=True) from None
         return render(result, self.max_chars)

@@ -17,9 +17,14 @@ Safety is enforced by the server, deny by default, not by reading the SQL:
   ``pg_stat_activity`` (other sessions' queries) are all ``permission denied``;
 * the reader has ``SELECT`` on every loaded table except honeypots, so reading ``secrets`` is
   a ``permission denied`` error that names the table: :class:`HoneypotRead`;
-* ``statement_timeout`` is set for every statement from one deadline per query (it is the
-  wall clock: PostgreSQL has no deterministic step budget, so ``max_steps`` does not apply);
-  rows come in batches up to ``max_rows``; ``temp_file_limit`` caps spills to disk.
+* a query may use ``timeout_s`` of its server process's CPU time, read from /proc when the
+  server runs on this machine (a thread cancels it there; parallel workers are off, so the
+  process does all of the work), and a busy machine that holds it back until the wall-clock
+  backstop makes it :class:`QueryStarved` (``infra_error``). On a server elsewhere, whose load
+  is not this machine's, ``timeout_s`` is wall-clock time. ``statement_timeout`` is set for
+  every statement from that one deadline; PostgreSQL has no deterministic step budget, so
+  ``max_steps`` does not apply. Rows come in batches up to ``max_rows``; ``temp_file_limit``
+  caps spills to disk.
 
 This needs a superuser connection (``dsn``) to a server Ludus may create two databases and one
 role in. Without one, :func:`shared_server` starts a private server on 127.0.0.1 from the
@@ -61,7 +66,9 @@ from ludus.envs.sql.verifier import (
     check_select,
     content_hash,
     fetch_capped,
+    starved,
 )
+from ludus.sandbox.load import TreeClock, backstop_s
 
 if TYPE_CHECKING:
     import psycopg
@@ -661,9 +668,55 @@ class PostgresEngine:
             self._admin.clear()
 
 
+CPU_SAMPLE_S = 0.05  # how often a running query's CPU time is read
 _DENIED_TABLE = re.compile(r'permission denied for (?:table|relation) "?([^"\s]+)"?')
 _REFUSED = {"42601", "0A000", "25006", "42P10"}  # syntax, not supported, read-only, bad cursor
 _INFRA_CLASSES = ("08", "57P", "58", "XX", "53100", "53300")  # connection, shutdown, system, disk, too many connections
+
+
+def _local_backend(conn: psycopg.Connection) -> int | None:
+    """The process id of ``conn``'s server process when it runs on this machine (its title
+    names this connection's own address and port), else None."""
+    pid = conn.info.backend_pid
+    try:
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            address = sock.getsockname()
+        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(address, tuple):  # a Unix socket: the server may run in another PID namespace
+        return None
+    return pid if f" {address[0]}({address[1]}) ".encode() in title else None
+
+
+class _CpuLimit:
+    """Cancels the statement running on ``conn`` once its server process (``pid``) has used
+    ``limit_s`` of CPU time, from a thread of its own (the query blocks the caller's)."""
+
+    def __init__(self, conn: psycopg.Connection, pid: int | None, limit_s: float):
+        self.exceeded: QueryTimeout | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if pid is not None:
+            clock = TreeClock([pid])
+            self._thread = threading.Thread(target=self._watch, args=(conn, clock, limit_s), daemon=True)
+
+    def _watch(self, conn: psycopg.Connection, clock: TreeClock, limit_s: float) -> None:
+        while not self._stop.wait(CPU_SAMPLE_S):
+            if clock.sample().cpu_s >= limit_s:
+                self.exceeded = QueryTimeout(f"query timed out after {limit_s:g} s of CPU time")
+                conn.cancel_safe()
+                return
+
+    def __enter__(self) -> _CpuLimit:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 class PostgresDatabase:
@@ -676,6 +729,7 @@ class PostgresDatabase:
         self.honeypots = {t.lower() for t in honeypot_tables}
         self._tables = {t.name: t for t in layout}
         self._conn: psycopg.Connection | None = engine._reader_conn(dbname)
+        self._backend = _local_backend(self._conn)  # its server process, when its CPU time can be read
 
     def tables(self) -> list[str]:
         return sorted(self._tables)
@@ -699,39 +753,47 @@ class PostgresDatabase:
             raise RuntimeError("the database is closed")
         psycopg = self.engine.psycopg
         compose = psycopg.sql
-        deadline = time.monotonic() + limits.timeout_s
+        started = time.monotonic()
+        deadline = started + (limits.timeout_s if self._backend is None else backstop_s(limits.timeout_s))
+
+        def past_deadline() -> Exception:
+            if self._backend is None:
+                return QueryTimeout(f"query timed out after {limits.timeout_s:g} s", wall=True)
+            return starved(limits, time.monotonic() - started)
 
         def time_left() -> int:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise QueryTimeout(f"query timed out after {limits.timeout_s:g} s", wall=True)
+                raise past_deadline()
             return max(1, int(left * 1000))
 
         def renew_timeout() -> None:  # the timeout counts per statement: each fetch gets what is left
             conn.execute(compose.SQL("SET LOCAL statement_timeout = {}").format(compose.Literal(time_left())))
 
-        try:
-            with conn.transaction(force_rollback=True):
-                conn.execute(
-                    compose.SQL("SET LOCAL search_path TO {}; SET LOCAL statement_timeout = {}").format(
-                        compose.Identifier(self.schema), compose.Literal(time_left())
+        with _CpuLimit(conn, self._backend, limits.timeout_s) as cpu:
+            try:
+                with conn.transaction(force_rollback=True):
+                    conn.execute(
+                        compose.SQL(
+                            "SET LOCAL search_path TO {}; SET LOCAL statement_timeout = {}; "
+                            "SET LOCAL max_parallel_workers_per_gather = 0"
+                        ).format(compose.Identifier(self.schema), compose.Literal(time_left()))
                     )
-                )
-                with conn.cursor(name="ludus_query") as cursor:
-                    cursor.execute(sql)
-                    rows, complete = fetch_capped(cursor, limits, batch_size=1000, before_fetch=renew_timeout)
-                    columns = tuple(d.name for d in cursor.description or ())
-        except psycopg.Error as exc:
-            raise self._explain(exc, limits) from None
-        except (ValueError, OverflowError) as exc:  # text psycopg cannot send
-            raise QueryRefused(str(exc)) from None
+                    with conn.cursor(name="ludus_query") as cursor:
+                        cursor.execute(sql)
+                        rows, complete = fetch_capped(cursor, limits, batch_size=1000, before_fetch=renew_timeout)
+                        columns = tuple(d.name for d in cursor.description or ())
+            except psycopg.Error as exc:
+                if getattr(exc, "sqlstate", None) == "57014":  # cancelled: by the CPU limit, else the deadline
+                    raise (cpu.exceeded or past_deadline()) from None
+                raise self._explain(exc) from None
+            except (ValueError, OverflowError) as exc:  # text psycopg cannot send
+                raise QueryRefused(str(exc)) from None
         return Result(columns, tuple(rows), complete)
 
-    def _explain(self, exc: Exception, limits: QueryLimits) -> Exception:
+    def _explain(self, exc: Exception) -> Exception:
         state = getattr(exc, "sqlstate", None) or ""
         message = _message(exc)
-        if state == "57014":
-            return QueryTimeout(f"query timed out after {limits.timeout_s:g} s", wall=True)
         if state == "42501":
             denied = _DENIED_TABLE.search(message)
             if denied and denied.group(1).lower() in self.honeypots:

@@ -7,7 +7,7 @@ Two parts, kept apart so a second engine only adds a :class:`Database`
   and :class:`SQLiteDatabase`, a connection that can only read: the file is opened
   ``mode=ro&immutable=1`` with ``query_only``, and an authorizer allows what a SELECT needs
   and nothing else (no ATTACH, PRAGMA, writes, DDL, transactions, non-allow-listed functions).
-  A progress handler aborts a query past its step budget or its deadline, rows are fetched in
+  A progress handler aborts a query past its step budget or its CPU time, rows are fetched in
   batches up to a cap, strings are capped in length;
 * the grading side — :func:`compare_results` and :class:`SQLVerifier`, engine-independent.
 
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ludus.core.types import InfraError, Score, Status
+from ludus.sandbox.load import backstop_s
 
 SIGNIFICANT_DIGITS = 9
 """Numbers are compared after rounding to this many significant digits."""
@@ -53,8 +54,10 @@ MAX_ANSWER_CHARS = 20_000
 
 @dataclass(frozen=True)
 class QueryLimits:
-    """What one query may use. ``timeout_s`` is wall time; ``max_steps`` counts engine
-    instructions (deterministic, unlike time); ``max_rows`` rows are fetched at most;
+    """What one query may use. ``timeout_s`` is the query's CPU time, whatever the machine's
+    load (a query the machine starves until the wall-clock backstop, ``backstop_s(timeout_s)``,
+    is :class:`QueryStarved`); ``max_steps`` counts engine instructions (deterministic, unlike
+    time); ``max_rows`` rows are fetched at most;
     ``max_value_chars`` caps any one string or blob the engine builds, ``max_result_chars``
     the text and blobs of a whole result (the memory a query can make Python hold)."""
 
@@ -83,10 +86,12 @@ class QueryRefused(QueryError):
 
 
 class QueryTimeout(QueryError):
-    """Stopped by the step limit (deterministic) or, with ``wall=True``, by the time limit."""
+    """Stopped by the step limit (``deterministic``: so is every run of the same query), by the
+    CPU time limit, or, with ``wall=True``, by the wall clock of a server whose CPU time Ludus
+    cannot read (a remote PostgreSQL)."""
 
-    def __init__(self, message: str, wall: bool = False):
-        self.wall = wall
+    def __init__(self, message: str, *, deterministic: bool = False, wall: bool = False):
+        self.deterministic, self.wall = deterministic, wall
         super().__init__(message)
 
 
@@ -100,6 +105,19 @@ class HoneypotRead(QueryError):
 
 class DatabaseUnavailable(InfraError):
     """The engine itself failed (a server down, a connection lost): nobody's answer was judged."""
+
+
+class QueryStarved(DatabaseUnavailable):
+    """A query still running at the wall-clock backstop short of its CPU time: a busy machine
+    held it back, which says nothing about the query."""
+
+
+def starved(limits: QueryLimits, wall_s: float) -> QueryStarved:
+    """What a query held back past the wall-clock backstop raises (on either engine)."""
+    return QueryStarved(
+        f"the machine was too busy: the query was still running after {wall_s:.0f} s of wall-clock time, "
+        f"short of its {limits.timeout_s:g} s of CPU time"
+    )
 
 
 class Database(Protocol):
@@ -266,17 +284,22 @@ class SQLiteDatabase:
         self._denied.clear()
         self._honeypot = None
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_chars)
-        deadline = time.monotonic() + limits.timeout_s
+        # the engine runs in this thread: its CPU time is the query's
+        cpu_limit, started = time.thread_time() + limits.timeout_s, time.monotonic()
+        backstop = started + backstop_s(limits.timeout_s)
         steps_per_call = 1_000
         budget = [limits.max_steps // steps_per_call]
-        stopped: list[QueryTimeout] = []
+        stopped: list[QueryTimeout | QueryStarved] = []
 
         def progress() -> int:
             budget[0] -= 1
             if budget[0] < 0:
-                stopped.append(QueryTimeout(f"query exceeded the limit of {limits.max_steps:,} engine steps"))
-            elif time.monotonic() > deadline:
-                stopped.append(QueryTimeout(f"query timed out after {limits.timeout_s:g} s", wall=True))
+                message = f"query exceeded the limit of {limits.max_steps:,} engine steps"
+                stopped.append(QueryTimeout(message, deterministic=True))
+            elif time.thread_time() > cpu_limit:
+                stopped.append(QueryTimeout(f"query timed out after {limits.timeout_s:g} s of CPU time"))
+            elif time.monotonic() > backstop:
+                stopped.append(starved(limits, time.monotonic() - started))
             return 1 if stopped else 0
 
         self._conn.set_progress_handler(progress, steps_per_call)
@@ -294,7 +317,7 @@ class SQLiteDatabase:
             self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000_000)
         return Result(columns, tuple(rows), complete)
 
-    def _explain(self, exc: sqlite3.Error, stopped: list[QueryTimeout]) -> QueryError:
+    def _explain(self, exc: sqlite3.Error, stopped: list[QueryTimeout | QueryStarved]) -> Exception:
         if self._honeypot is not None:
             return HoneypotRead(self._honeypot)
         if stopped:
@@ -425,7 +448,7 @@ class SQLVerifier:
             where = "the episode's database" if i == 0 else f"hidden variant database {i}"
             try:
                 gold = db.query(gold_sql, self.limits)
-            except QueryTimeout as exc:  # slow machine (wall time) or a defective task (step budget)
+            except QueryTimeout as exc:  # a defective task (steps, CPU) or a remote server's wall clock
                 status = Status.INFRA_ERROR if exc.wall else Status.GOLD_ERROR
                 return Score.zero(status, f"the gold query was stopped on {where}: {exc}")
             except QueryError as exc:

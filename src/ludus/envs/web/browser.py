@@ -16,6 +16,16 @@ Failures of the browser (a crashed tab, a dead Chromium, no answer in time) rais
 :class:`~ludus.core.types.InfraError`; mistakes of the model (an element that is not there,
 an option that does not exist, a URL of another site) raise :class:`ActionError`, which the
 environment shows to the model as the tool's error.
+
+An action that runs out of time is the model's error only when the page refused it, not when
+a busy machine starved the browser: the page refuses when the element is hidden or disabled,
+or the option missing, right after (a check that does not depend on the load), or when the
+browser's processes spent less than half of the action's time waiting for a CPU (the
+kernel's scheduler statistics: :mod:`ludus.sandbox.load`). Otherwise the action is
+``InfraError``: retried, then masked, never a refusal the model learns from. A page of the
+episode's own app that is loading (after ``goto``, ``back`` or an action that navigates) is
+waited for up to the wall-clock backstop (:func:`~ludus.sandbox.load.backstop_s`) instead, and
+so is the page view: such pages load at once unless the machine is busy.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +46,7 @@ from urllib.parse import urljoin, urlsplit
 
 from ludus.core.types import InfraError
 from ludus.envs.web.server import App, LoopbackServer
+from ludus.sandbox.load import TreeClock, backstop_s, children
 
 T = TypeVar("T")
 
@@ -49,6 +61,7 @@ document.addEventListener("click", (event) => {
 document.addEventListener("submit", (event) => event.target.removeAttribute("target"), true);
 window.open = (url) => { if (url) window.location.href = url; return null; };
 """
+STARVED_SHARE = 0.5  # an action past its limit that waited this share of it for a CPU was starved
 MAX_TEXT = 2_000  # characters one `type` action may enter: a flood is the model's error, not the page's problem
 KEYS = re.compile(
     r"^((Control|Shift|Alt|Meta)\+)*([A-Za-z0-9]|F[1-9]|F1[0-2]|[-=\[\];',./`\\ ]|"
@@ -80,6 +93,21 @@ def find_chromium() -> str:
         "no Chromium found: run ./scripts/system-deps (installs the chromium package), "
         "or set LUDUS_CHROMIUM to a Chromium or Chrome executable"
     )
+
+
+def _drivers() -> list[int]:
+    """This process's children running Playwright's driver (the Node.js it ships, or the one
+    ``PLAYWRIGHT_NODEJS_PATH`` names, as Playwright itself chooses)."""
+    import playwright
+
+    node = os.environ.get("PLAYWRIGHT_NODEJS_PATH") or str(Path(playwright.__file__).parent / "driver" / "node")
+    node = os.path.realpath(node)
+    found = []
+    for pid in children(os.getpid()):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/exe") == node:
+                found.append(pid)
+    return found
 
 
 def launch_args() -> list[str]:
@@ -150,7 +178,7 @@ class Tab:
         parts = urlsplit(target)
         if parts.scheme != "http" or parts.netloc != urlsplit(self.origin).netloc:
             raise ActionError(f"goto only opens pages of this site: give a path like /orders, not {url[:100]!r}")
-        await self._guard(self.page.goto(target, wait_until="load", timeout=timeout_s * 1000))
+        await self._timed(lambda ms: self.page.goto(target, wait_until="load", timeout=ms), timeout_s, navigation=True)
 
     async def evaluate(self, script: str, arg: Any = None) -> Any:
         """Run ``script`` in the page: for the environment only (the model has no such action)."""
@@ -158,7 +186,7 @@ class Tab:
 
     async def act(self, name: str, args: dict[str, Any], timeout_s: float) -> str:
         """Perform one of the model's actions; returns what it did, in words."""
-        page, ms = self.page, timeout_s * 1000
+        page = self.page
         before = self.path()
         if name in ("click", "type", "select"):
             element = args["element"]
@@ -167,25 +195,41 @@ class Tab:
                 raise ActionError(f"there is no element [{element}] on this page; use an id from the latest page view")
             locator = locator.first
             if name == "click":
-                await self._guard(locator.click(timeout=ms), f"[{element}] could not be clicked")
+                await self._timed(
+                    lambda ms: locator.click(timeout=ms),
+                    timeout_s,
+                    f"[{element}] could not be clicked",
+                    lambda: _unready(locator),
+                )
                 effect = f"clicked [{element}]"
             elif name == "type":
                 text = args["text"]
                 if len(text) > MAX_TEXT:
                     raise ActionError(f"text is {len(text)} characters long; at most {MAX_TEXT} may be typed at once")
-                await self._guard(locator.fill(text, timeout=ms), f"[{element}] does not accept text")
+                await self._timed(
+                    lambda ms: locator.fill(text, timeout=ms),
+                    timeout_s,
+                    f"[{element}] does not accept text",
+                    lambda: _unready(locator, editable=True),
+                )
                 effect = f"typed {len(text)} characters into [{element}]"
                 if args.get("submit"):
-                    await self._guard(locator.press("Enter", timeout=ms))
+                    await self._timed(lambda ms: locator.press("Enter", timeout=ms), timeout_s)
                     effect += " and pressed Enter"
             else:
                 option = args["option"]
                 try:
-                    await self._guard(locator.select_option(label=option, timeout=ms))
+                    await self._timed(
+                        lambda ms: locator.select_option(label=option, timeout=ms),
+                        timeout_s,
+                        refused=lambda: _lacks_option(locator, "label", option),
+                    )
                 except ActionError:
-                    await self._guard(
-                        locator.select_option(value=option, timeout=ms),
+                    await self._timed(
+                        lambda ms: locator.select_option(value=option, timeout=ms),
+                        timeout_s,
                         f"[{element}] is not a list with the option {option!r}",
+                        lambda: _lacks_option(locator, "value", option),
                     )
                 effect = f"selected {option!r} in [{element}]"
         elif name == "press":
@@ -202,7 +246,10 @@ class Tab:
             await self.goto(args["url"], timeout_s)
             effect = f"opened {self.path()}"
         elif name == "back":
-            if await self._guard(page.go_back(wait_until="load", timeout=ms)) is None:
+            if (
+                await self._timed(lambda ms: page.go_back(wait_until="load", timeout=ms), timeout_s, navigation=True)
+                is None
+            ):
                 raise ActionError("there is no previous page to go back to")
             effect = "went back"
         else:
@@ -215,10 +262,10 @@ class Tab:
 
     async def settle(self, timeout_s: float) -> None:
         """Wait until a navigation the last action started has loaded, and the windows and
-        dialogs it opened are closed."""
-        with contextlib.suppress(Exception):
-            await asyncio.sleep(0.01)
-            await self.page.wait_for_load_state("load", timeout=timeout_s * 1000)
+        dialogs it opened are closed. A page that keeps loading is shown as it is."""
+        await asyncio.sleep(0.01)
+        with contextlib.suppress(ActionError):
+            await self._timed(lambda ms: self.page.wait_for_load_state("load", timeout=ms), timeout_s, navigation=True)
         pending, self.pending = self.pending, []
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
@@ -228,7 +275,8 @@ class Tab:
         """The page as text, from the first line at the top of the viewport, cut at ``max_chars``."""
         for attempt in range(3):
             try:
-                data = await asyncio.wait_for(self.page.evaluate(PAGE_VIEW_JS, {"tagText": self.tag_text}), timeout_s)
+                script = self.page.evaluate(PAGE_VIEW_JS, {"tagText": self.tag_text})
+                data = await asyncio.wait_for(script, backstop_s(timeout_s))  # reading the page is never a verdict
                 break
             except Exception as exc:  # a navigation replaced the document under us: wait for it, look again
                 self._check()
@@ -277,18 +325,69 @@ class Tab:
             raise InfraError("the browser tab crashed or was closed")
 
     async def _guard(self, awaitable: Coroutine[Any, Any, T] | Any, refusal: str | None = None) -> T:
-        """Await a Playwright call: the page's refusal (a timeout, a bad element) is the model's
+        """Await a Playwright call: the page's refusal (a bad element) is the model's
         ``ActionError``; a dead tab or browser is ``InfraError``."""
         from playwright.async_api import Error as PlaywrightError
 
         try:
             return await awaitable
         except PlaywrightError as exc:
-            self._check()
-            message = str(exc).split("\n")[0]
-            if "Target" in message and "closed" in message or "crash" in message.lower():
-                raise InfraError(f"the browser failed: {message[:300]}") from None
-            raise ActionError(refusal or message[:300]) from None
+            raise self._failure(exc, refusal) from None
+
+    async def _timed(
+        self,
+        call: Callable[[float], Awaitable[T]],
+        timeout_s: float,
+        refusal: str | None = None,
+        refused: Callable[[], Awaitable[bool]] | None = None,
+        *,
+        navigation: bool = False,
+    ) -> T:
+        """``call(timeout in ms)``, a Playwright call with a time limit, judged when it runs out
+        (see the module docstring): the page's refusal when ``refused()`` says the page refuses
+        the action right now, or when the browser was not starved; else ``InfraError``. The call
+        is not tried again: an action may have happened before its time ran out (a click that
+        started a navigation). A ``navigation`` (a page of the episode's own app loading) is
+        given the wall-clock backstop rather than ``timeout_s``."""
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        clock, started = self.service.clock(), time.monotonic()
+        try:
+            return await call((backstop_s(timeout_s) if navigation else timeout_s) * 1000)
+        except PlaywrightTimeout as exc:
+            if refused is not None and await self._guard(refused()):
+                raise self._failure(exc, refusal) from None
+            now = time.monotonic()
+            wall, times = now - started, clock.sample(now)
+            if times.waited_s >= STARVED_SHARE * wall:
+                raise InfraError(f"the browser was starved of CPU: {times.describe(wall)}") from None
+            raise self._failure(exc, refusal) from None
+        except PlaywrightError as exc:
+            raise self._failure(exc, refusal) from None
+
+    def _failure(self, exc: Exception, refusal: str | None) -> Exception:
+        """What a Playwright error means: a dead tab or browser is ``InfraError``, anything else
+        the page's refusal (``ActionError``)."""
+        self._check()
+        message = str(exc).split("\n")[0]
+        if "Target" in message and "closed" in message or "crash" in message.lower():
+            return InfraError(f"the browser failed: {message[:300]}")
+        return ActionError(refusal or message[:300])
+
+
+async def _unready(locator: Any, editable: bool = False) -> bool:
+    """Whether the element is hidden, disabled (or, with ``editable``, read-only) right now: the
+    page refusing an action, whatever the machine's load."""
+    if not await locator.is_visible():
+        return True
+    return not await (locator.is_editable() if editable else locator.is_enabled())
+
+
+async def _lacks_option(locator: Any, key: str, option: str) -> bool:
+    """Whether the list has no option whose ``label`` (or ``value``) is ``option``, right now."""
+    script = "(el, [key, option]) => !Array.from(el.options || []).some((o) => o[key] === option)"
+    return bool(await locator.evaluate(script, [key, option]))
 
 
 class BrowserService:
@@ -315,6 +414,7 @@ class BrowserService:
         self._tabs: set[Tab] = set()
         self._warm: list[tuple[_Browser, Any, Any]] = []
         self._filling: asyncio.Future[None] | None = None
+        self._drivers: list[int] = []  # Playwright's driver processes: Chromium runs below them
         self._closed = False
 
     @classmethod
@@ -432,6 +532,7 @@ class BrowserService:
                 from playwright.async_api import async_playwright
 
                 self._playwright = await async_playwright().start()
+                self._drivers = _drivers()
             handle = await self._playwright.chromium.launch(
                 executable_path=self.executable, args=launch_args(), headless=True, timeout=60_000
             )
@@ -443,6 +544,12 @@ class BrowserService:
             handle.on("disconnected", on_disconnect)
             self._browsers.append(browser)
             return browser
+
+    def clock(self) -> TreeClock:
+        """The CPU time and CPU wait of the browsers (and the Playwright driver over them) from now;
+        the waits of all their threads added up, as an action passes from one to the next. Where
+        they cannot be found, no wait is ever read and time limits are wall-clock ones."""
+        return TreeClock(self._drivers, summed=True)
 
     def stats(self) -> dict[str, int]:
         """Browser processes and open episodes: what a leak check counts."""

@@ -30,6 +30,7 @@ from ludus.core.tools import ToolError, tool
 from ludus.core.types import InfraError, Message, Observation, Score, StepResult, Task
 from ludus.envs.web.browser import ActionError, BrowserService, Tab
 from ludus.envs.web.server import App
+from ludus.sandbox.load import backstop_s
 
 
 class BrowserEnv(ToolEnv):
@@ -106,8 +107,9 @@ class BrowserEnv(ToolEnv):
         return self._service
 
     def _call(self, coro: Any) -> Any:
-        # a bound on the browser's answer: every action has its own timeout inside
-        return self.service.run(coro, 4 * self.action_timeout_s + 30)
+        # a bound on the browser's answer, past the start page's wait (the longest inside): every
+        # action has its own time limit inside
+        return self.service.run(coro, backstop_s(2 * self.action_timeout_s) + 30)
 
     def begin(self, task: Task) -> Observation:
         self.close()
