@@ -31,13 +31,10 @@ any verdict differs. Not a test.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 from humaneval_throughput import mutants
@@ -47,23 +44,9 @@ from ludus.sandbox import Limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_code_redteam as redteam  # noqa: E402 - the red-team suite's attacks and tasks: one list of them
+from load_support import crowded  # noqa: E402
 
 Item = tuple[str, CodeVerifier, dict, str]  # name, grader, task, completion
-
-
-@contextlib.contextmanager
-def busy_machine(count: int) -> Iterator[None]:
-    """``count`` busy loops, each in its own session, while the block runs; killed after."""
-    loops: list[subprocess.Popen] = []
-    try:
-        for _ in range(count):
-            loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True))
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-        for loop in loops:
-            loop.wait()
 
 
 def redteam_items(grader: CodeVerifier, quick: CodeVerifier) -> list[Item]:
@@ -206,7 +189,7 @@ def main() -> int:
         for verifier in (grader, quick, humaneval):
             verifier.warm(pytest=verifier is grader)
         results = {suite: grade(items, args.workers) for suite, items in suites.items()}
-        with busy_machine(args.busy_per_core * cores):
+        with crowded(None, args.busy_per_core * cores):
             loaded = {suite: grade(items, args.workers) for suite, items in suites.items()}
         for suite in suites:
             (idle, idle_s), (under, under_s) = results[suite], loaded[suite]

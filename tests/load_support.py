@@ -15,14 +15,15 @@ from ludus.sandbox.load import descendants, threads
 
 
 @contextlib.contextmanager
-def crowded(cpu: int, busy: int) -> Iterator[None]:
-    """``busy`` busy loops pinned to ``cpu`` while the block runs."""
+def crowded(cpu: int | None, busy: int) -> Iterator[None]:
+    """``busy`` busy loops pinned to ``cpu`` (or free to run anywhere: None) while the block runs."""
     loops: list[subprocess.Popen] = []
     try:
         for _ in range(busy):
             loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             loops.append(loop)
-            os.sched_setaffinity(loop.pid, {cpu})
+            if cpu is not None:
+                os.sched_setaffinity(loop.pid, {cpu})
         yield
     finally:
         for loop in loops:

@@ -6,11 +6,13 @@ into a reply."""
 
 import contextlib
 import http.server
+import json
 import os
 import random
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -395,3 +397,18 @@ def assert_only_theirs_runs_the_reply(theirs: Any, ours: Any) -> None:
         assert SMUGGLED_MARK not in os.environ, "our scorer ran the reply"
     finally:
         os.environ.pop(SMUGGLED_MARK, None)
+
+
+def start_env_server(
+    *extra: str, env: str = "arithmetic", env_args: dict | None = None
+) -> tuple[subprocess.Popen, str]:
+    """``ludus serve-env`` in its own process on a free port; returns it and its address."""
+    cmd = [sys.executable, "-m", "ludus.cli", "serve-env", env, "--port", "0", *extra]
+    if env_args is not None:
+        cmd += ["--env-args", json.dumps(env_args)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
+    line = proc.stderr.readline()  # "serving ENV at URL (...)", printed once the socket listens
+    if " at http" not in line:
+        proc.kill()
+        raise AssertionError(f"serve-env did not start: {line}{proc.stderr.read()}")
+    return proc, line.split(" at ", 1)[1].split()[0]

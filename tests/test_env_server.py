@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -28,28 +27,17 @@ from ludus.policies import SamplingParams
 from ludus.rollout import NothingPolicy, RolloutConfig, RolloutEngine, ThreadHost, requests
 from ludus.rollout.remote import Connection, RemoteEnv, RemoteEnvError, ServerHost
 from ludus.serve.env_server import EnvServer, ServerLimits, serve
-from support import serving
+from support import serving, start_env_server
 
 ARGS = {"digits": 2, "ops": "+", "digit_credit": 0.5}
 REPO = Path(__file__).resolve().parent.parent
 
 
-def start_server(*extra: str, env: str = "arithmetic", env_args: dict | None = ARGS) -> tuple[subprocess.Popen, str]:
-    """``ludus serve-env`` in its own process on a free port; returns it and its address."""
-    cmd = [sys.executable, "-m", "ludus.cli", "serve-env", env, "--port", "0", *extra]
-    if env_args is not None:
-        cmd += ["--env-args", json.dumps(env_args)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
-    line = proc.stderr.readline()  # "serving ENV at URL (...)", printed once the socket listens
-    if " at http" not in line:
-        proc.kill()
-        raise AssertionError(f"serve-env did not start: {line}{proc.stderr.read()}")
-    return proc, line.split(" at ", 1)[1].split()[0]
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    proc, url = start_server("--drain-timeout", "1", "--show-reasons")  # reasons too: parity is checked whole
+    proc, url = start_env_server(
+        "--drain-timeout", "1", "--show-reasons", env_args=ARGS
+    )  # reasons too: parity is checked whole
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -190,7 +178,7 @@ def test_bad_requests_get_clear_errors_not_crashes(server):
 
 
 def test_ludus_eval_on_two_servers_matches_a_local_eval(server, tmp_path):
-    proc, second = start_server()
+    proc, second = start_env_server(env_args=ARGS)
     try:
         common = [
             "eval",
@@ -437,8 +425,8 @@ def test_serving_beyond_loopback_needs_a_token():
 
 
 def test_a_killed_server_ends_episodes_as_infra_errors_and_new_ones_move_to_the_live_server(tmp_path):
-    doomed, doomed_url = start_server()
-    live, live_url = start_server()
+    doomed, doomed_url = start_env_server(env_args=ARGS)
+    live, live_url = start_env_server(env_args=ARGS)
     try:
         remote = RemoteEnv(doomed_url, retries=1)
         task = remote.task_source("train").get(0)
@@ -476,7 +464,7 @@ def test_a_slow_client_holds_up_no_one(server):
 
 
 def test_sigterm_drains_running_episodes_then_exits():
-    proc, url = start_server("--drain-timeout", "20")
+    proc, url = start_env_server("--drain-timeout", "20", env_args=ARGS)
     try:
         env = RemoteEnv(url)
         task = env.task_source("train").get(0)

@@ -20,8 +20,7 @@ from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.serve.model_server import create_app
 from ludus.train.run_folder import RunFolder
 from ludus.train.trainer import Trainer, TrainingHalted
-from support import DigitMapEnv, DigitTasks, serving
-from test_env_server import start_server
+from support import DigitMapEnv, DigitTasks, serving, start_env_server
 
 
 class _OutageEnv(SingleTurnEnv):
@@ -88,7 +87,7 @@ def test_a_step_that_cannot_finish_checkpoints_the_last_one_and_resume_continues
 @pytest.mark.slow
 def test_a_dead_env_server_halts_training_with_a_checkpoint_and_the_run_resumes_on_another(small_config):
     config = small_config(name="remote", steps=4, checkpoint_every=0)
-    server, url = start_server(env_args=config.env_args)
+    server, url = start_env_server(env_args=config.env_args)
     try:
 
         def kill_after_step_2(record: dict) -> None:
@@ -103,7 +102,7 @@ def test_a_dead_env_server_halts_training_with_a_checkpoint_and_the_run_resumes_
             match=rf"the env server failed in step 3: {url}: ConnectError.*A checkpoint of step 2 was written",
         ):
             trainer.run(kill_after_step_2)
-        server, elsewhere = start_server(env_args=config.env_args)
+        server, elsewhere = start_env_server(env_args=config.env_args)
         assert Trainer.resume_from(trainer.run_dir, {"env_server": elsewhere}, log=lambda _: None).run().step == 4
         train = [r for r in _records(trainer.run_dir) if "reward/mean" in r]
         assert [r["step"] for r in train] == [1, 2, 3, 4] and all(r["masked_infra_errors"] == 0 for r in train)
