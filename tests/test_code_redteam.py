@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from load_support import a_cpu, crowded, pinned
 from ludus.envs.code.verifier import CodeVerifier
 from ludus.sandbox import Limits, Sandbox, detect
 
@@ -1012,6 +1013,37 @@ def test_humaneval_exploit(name, grader, quick):
     assert exploit.reason in score.reason, score
 
 
+# A call that needs twice the CPU time a call may have, after switching off the call's CPU timer
+# (it lives in the solution's process, within its reach) in each way a solution can.
+BURN = "    end = time.process_time() + 0.6\n    while time.process_time() < end:\n        pass\n"
+TIMER_DODGES = {
+    "disarm-the-timer": "    signal.setitimer(signal.ITIMER_PROF, 0)\n" + BURN,
+    "ignore-the-timer": "    signal.signal(signal.SIGPROF, signal.SIG_IGN)\n" + BURN,
+    "block-the-timer": "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})\n" + BURN,
+    # a forked child has no timer: it does the work while the call waits for it
+    "work-in-a-child": "    child = os.fork()\n    if child == 0:\n"
+    + BURN.replace("    ", "        ")
+    + "        os._exit(0)\n    os.waitpid(child, 0)\n",
+}
+
+
+@pytest.fixture(scope="module")
+def strict_calls():
+    """A call may use 0.3 s of CPU time; the solution 8 s in all, room for every call to finish."""
+    with CodeVerifier(
+        workers=1, test_timeout_s=0.3, limits=Limits(wall_s=8, cpu_s=8), cache_size=0, backend="bwrap"
+    ) as verifier:
+        yield verifier
+
+
+@pytest.mark.parametrize("name", list(TIMER_DODGES))
+def test_a_call_past_its_cpu_time_is_a_timeout_however_the_timer_is_dodged(name, strict_calls):
+    completion = "import os, signal, time\ndef add(a, b):\n" + TIMER_DODGES[name] + "    return a + b\n"
+    score = _score(strict_calls, ADD, completion)
+    assert_caught(score, statuses=("timeout",))
+    assert "more than 0.3 s of CPU time" in score.reason, score
+
+
 def test_a_user_class_named_like_a_builtin_exception_passes_only_what_raising_it_would(grader):
     # a class named ValueError travels as the built-in ValueError: the test expecting it passes, no more
     code = "class ValueError(Exception):\n    pass\ndef isqrt(n):\n    raise ValueError('always')\n"
@@ -1121,6 +1153,39 @@ def test_pytest_format_exploit(name, grader):
         task = {"test": PYTEST_TASK["test"].replace("from solution import add", "from solution import *")}
     score = _score(grader, task, _code(PYTEST_EXPLOITS[name]))
     assert_caught(score, total=None if name == "pytest-skip-at-import" else 4)
+
+
+@pytest.mark.parametrize("body", ["while True:\n        pass\n", "time.sleep(60)\n"], ids=["spins", "sleeps"])
+def test_a_pytest_format_call_out_of_time_is_a_timeout_as_in_other_formats(body, quick):
+    """The call's CPU timer stops the spinning solution, the solution's own-time limit the
+    sleeping one: a ``timeout`` (as for the same solution on a HumanEval task), never ``wrong``."""
+    score = _score(quick, PYTEST_TASK, "import time\ndef add(a, b):\n    " + body)
+    assert_caught(score, statuses=("timeout",), total=4)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a solution serving calls is asleep while the test runner works, and that counts as its own time",
+)
+def test_a_serving_solution_is_not_charged_for_a_starved_test_runner():
+    """The tests need ~0.3 s of CPU themselves (pytest's too); the solution answers at once. With
+    twelve busy processes on the CPU the test runner uses, the runner takes seconds, and the
+    solution, asleep between calls all along, runs out its 2 s of own time: the verdict is the
+    load's (``timeout``; ``correct`` idle). Its own time would have to count only while a call
+    is outstanding."""
+    cpu = a_cpu()
+    burn = "    s = 0\n    for k in range(1_000_000):\n        s += k\n"
+    tests = "".join(f"def test_{i}():\n{burn}    assert add({i}, 1) == {i + 1}\n\n" for i in range(4))
+    task = {"test": "from solution import add\n\n" + tests}
+    with pinned(cpu):  # the sandboxes' workers, started now, run on that CPU
+        verifier = CodeVerifier(workers=1, limits=Limits(wall_s=2, cpu_s=2), cache_size=0, backend="bwrap")
+        verifier.warm()
+    with verifier:
+        idle = _score(verifier, task, ADD_OK)
+        with crowded(cpu, busy=12):
+            loaded = _score(verifier, task, ADD_OK)
+    assert_correct(idle)
+    assert_correct(loaded)
 
 
 # ---- across executions: the next grading must not feel the last one ----

@@ -187,6 +187,43 @@ def test_a_program_starved_past_the_backstop_is_an_infra_error_never_a_timeout(b
     assert result.cpu_s < 0.1 and result.wall_s >= 2, result
 
 
+# Its CPU time hidden in children the kernel reaps unseen (SIGCHLD ignored: their CPU time is
+# added to no one), a program keeps 24 threads ready to run on one CPU, a core busy throughout.
+CROWDS_ITS_OWN_CPU = """
+import hashlib, os, signal, threading, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+DATA = bytes(1 << 20)
+def hash_for(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        hashlib.sha256(DATA).digest()  # releases the interpreter lock: every thread is ready to run
+while True:
+    child = os.fork()
+    if child == 0:
+        crowd = [threading.Thread(target=hash_for, args=(0.1,)) for _ in range(24)]
+        for thread in crowd:
+            thread.start()
+        for thread in crowd:
+            thread.join()
+        os._exit(0)
+    try:
+        os.waitpid(child, 0)  # returns once the kernel has reaped it
+    except ChildProcessError:
+        pass
+"""
+
+
+def test_a_program_that_crowds_its_own_cpu_is_a_timeout_not_starved(box):
+    """Its threads wait for the CPU almost all the time, but for one another, not for other
+    programs: on an idle machine. Credited as the machine's load, that wait let it run to the
+    backstop (10 s here, 600 s at the code grader's limits) and end as ``infra_error``, retried
+    and masked. A reading where the program has more threads ready to run than CPUs they may
+    use credits no wait."""
+    result = box.run(CROWDS_ITS_OWN_CPU, limits=Limits(wall_s=0.5, cpu_s=0.5, processes=32))
+    assert result.status == "timeout", result
+
+
 def test_tree_clock_tells_waiting_for_a_cpu_from_running_and_sleeping():
     """The host-side clock other graders use (ludus.sandbox.load): a process asleep has used its
     own time; one spinning on a CPU shared with four busy processes has used about a fifth of the

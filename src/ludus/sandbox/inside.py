@@ -847,6 +847,12 @@ def _call_timer_fired(signum, frame) -> None:
         raise CallTimedOut
 
 
+def _cpu_time() -> float:
+    """This process's CPU time: all its threads, and the children it has waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def serve_calls(sock: socket.socket, namespace: dict, call_cpu_s: float | None = None) -> None:
     """Answer the grader's calls into the solution: ``{"call": name, "args", "kwargs"}`` or ``{"get": name}``.
 
@@ -856,7 +862,9 @@ def serve_calls(sock: socket.socket, namespace: dict, call_cpu_s: float | None =
     the grader closes the socket.
 
     A call that uses ``call_cpu_s`` of CPU time (a profiling timer: CPU, so the verdict does
-    not depend on the machine's load) is answered ``{"ok": False, "timeout": True}``.
+    not depend on the machine's load) is answered ``{"ok": False, "timeout": True}``. The timer
+    is within the solution's reach (it can disarm, ignore or block it, or work in a forked child,
+    which has no timer), so a call's CPU time is also checked when it returns.
     """
     global _in_call, _call_overran
     names = {
@@ -874,7 +882,7 @@ def serve_calls(sock: socket.socket, namespace: dict, call_cpu_s: float | None =
         name = request.get("call") or request.get("get")
         try:
             if call_cpu_s:
-                _in_call, _call_overran = True, False
+                _in_call, _call_overran, cpu_at_start = True, False, _cpu_time()
                 signal.setitimer(signal.ITIMER_PROF, call_cpu_s)
             try:
                 if name not in namespace:
@@ -893,6 +901,7 @@ def serve_calls(sock: socket.socket, namespace: dict, call_cpu_s: float | None =
                 _in_call = False
                 if call_cpu_s:
                     signal.setitimer(signal.ITIMER_PROF, 0)
+                    _call_overran = _call_overran or _cpu_time() - cpu_at_start >= call_cpu_s
         except MemoryError:
             reply = {"ok": False, "error_type": "MemoryError", "error": "out of memory"}
         except plain.NotPlain as exc:

@@ -107,6 +107,19 @@ def runnable(pid: int, tid: int) -> bool:
     return stat is not None and stat.rsplit(b")", 1)[1].split()[0] == b"R"
 
 
+def crowds_itself(tids: Iterable[int]) -> bool:
+    """Whether, for one of these threads (all ready to run), those that may share a CPU with it
+    outnumber the CPUs it may use: it then waits at least partly for the others, the program's
+    own doing, whatever the machine's load."""
+    allowed = []
+    for tid in tids:
+        try:
+            allowed.append(os.sched_getaffinity(tid))
+        except OSError:  # it has ended meanwhile
+            pass
+    return any(sum(1 for other in allowed if other & cpus) > len(cpus) for cpus in allowed)
+
+
 @dataclass(frozen=True)
 class Times:
     """A clock's reading: CPU time and run-queue wait since it started, in seconds.
@@ -151,12 +164,17 @@ class TreeClock:
     by a parent outside the set is not forgotten). ``waited_s`` adds up, reading by reading,
     the largest new wait of any one thread (exactly the wait of a single-threaded program;
     for several threads, about the time at least one of them waited), never past the time
-    elapsed: the time the machine held the program back.
+    elapsed: the time the machine held the program back. A reading that finds more of the
+    program's threads ready to run than CPUs they may use (``crowds_itself``) adds no wait: a
+    program that crowds its own CPU (a core kept busy by processes whose CPU time the kernel
+    never adds to anyone's, children reaped unseen with SIGCHLD ignored) would otherwise run on
+    to the backstop on an idle machine.
 
     With ``summed``, ``waited_s`` adds up the new waits of every thread instead: more than the
     time the program was held back when its threads wait at once, never less however seldom it
     is read. For programs whose threads and processes hand work on to one another (a browser
-    and its driver), each wait delaying the next, read only when a call has timed out.
+    and its driver), each wait delaying the next, read only when a call has timed out; such
+    programs crowd their CPUs by design, and crowding is not checked.
     """
 
     def __init__(
@@ -174,7 +192,7 @@ class TreeClock:
 
     def sample(self, now: float | None = None) -> Times:
         now = time.monotonic() if now is None else now
-        cpu, rise, uncounted, seen = 0.0, 0, 0.0, {}
+        cpu, rise, uncounted, seen, ready = 0.0, 0, 0.0, {}, []
         for pid in descendants(self.roots()):
             cpu += process_cpu_s(pid) or 0.0
             for tid in threads(pid):
@@ -195,6 +213,9 @@ class TreeClock:
                     rise = max(rise, waited - waited_before)
                 if runnable(pid, tid):
                     uncounted = uncounted + now - ran_since if self.summed else max(uncounted, now - ran_since)
+                    ready.append(tid)
+        if not self.summed and crowds_itself(ready):
+            rise, uncounted = 0, 0.0  # its threads wait for one another: no wait of this reading is the machine's
         if self._cpu_before is None:
             self._cpu_before = cpu
         self._times = Times(

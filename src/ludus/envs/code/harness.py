@@ -266,6 +266,8 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
                 outcome = "passed" if report.passed and not hasattr(report, "wasxfail") else "failed"
                 if report.skipped:
                     outcome = "skipped"
+                elif outcome == "failed" and link.gone:  # as _run_statements says it (and the verifier reads it)
+                    outcome = "timeout" if link.timed_out else "crashed"
                 self.results[report.nodeid] = {
                     "outcome": outcome,
                     "message": str(report.longrepr or "")[-MESSAGE_CHARS:],
