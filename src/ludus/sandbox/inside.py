@@ -484,9 +484,13 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started, stop_grace_s=0.0) 
 
 def _classify(wait_status: int, reply: dict, killed_by: str | None, limits: dict, measured_wait: bool) -> dict:
     code = os.waitstatus_to_exitcode(wait_status)
-    fields = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None}
     cpu_s, waited = reply["cpu_s"], reply["cpu_wait_s"]
     by_rlimit = killed_by is None and code < 0 and (-code == signal.SIGXCPU or cpu_s >= float(limits["cpu_s"]) - 0.05)
+    fields = {
+        "exit_code": code if code >= 0 else None,
+        "signal": -code if code < 0 else None,
+        "stopped_by": "cpu" if by_rlimit else killed_by or "",
+    }
     if killed_by == "cpu" or by_rlimit:
         return fields | {"status": "timeout", "reason": f"CPU time limit of {limits['cpu_s']} s"}
     if killed_by == "wall":

@@ -81,6 +81,8 @@ class Execution:
     itself failed, or the machine was so busy that the program reached the backstop, which
     says nothing about the program. ``reason`` says which limit or failure, in words.
     ``cpu_wait_s`` is how long the program was ready to run but waiting for a CPU.
+    ``stopped_by`` names the limit that ended it: ``cpu``, ``wall`` (its own time), ``backstop``,
+    ``output`` or ``host`` (empty when it ended by itself).
     """
 
     status: ExecStatus
@@ -95,6 +97,7 @@ class Execution:
     cpu_wait_s: float = 0.0
     max_rss_mb: float = 0.0
     reason: str = ""
+    stopped_by: str = ""
 
     @property
     def ok(self) -> bool:

@@ -448,6 +448,10 @@ def outputs_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE
 
 # ---- the verifier ----
 
+# a test runner that waited this share of the solution's wall_s for a CPU made the solution's
+# time run out (see _grade_calls)
+RUNNER_WAIT_SHARE = 0.1
+
 
 @dataclass
 class CodeVerifier:
@@ -654,6 +658,16 @@ class CodeVerifier:
             return Score.zero(Status.INFRA_ERROR, f"test runner: {test_run.reason}")
         if solution_run.status == "infra_error":
             return Score.zero(Status.INFRA_ERROR, f"solution sandbox: {solution_run.reason}")
+        wall_s = self._solution_limits(task).wall_s
+        if solution_run.stopped_by == "wall" and test_run.cpu_wait_s > RUNNER_WAIT_SHARE * wall_s:
+            # between calls the solution sleeps while the test runner works, and that counts as its
+            # own time: a runner that waited for a CPU for a material share of it was the machine's
+            # doing, not the solution's (a small wait is noise; the solution's own time decides)
+            return Score.zero(
+                Status.INFRA_ERROR,
+                f"the solution's time ran out while the test runner waited {test_run.cpu_wait_s:.1f} s for a "
+                "CPU: the machine was overloaded",
+            )
         report = next(
             (f for f in reversed(reply) if isinstance(f, dict) and ("loaded" in f or "harness_error" in f)), None
         )
