@@ -274,6 +274,11 @@ def _run_pytest(payload: dict, link: Link, names: dict) -> dict:
                 }
 
     collector = Collector()
+    # the task's file runs under plain pytest, as the repo grader's does: plugins installed beside
+    # the grader would change what it means (and loading them took ~2.7 s of CPU per grading here)
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+        os.environ.pop(name, None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     args = [path, "-q", "-p", "no:cacheprovider", "--noconftest", "-o", "addopts=", "--rootdir", ".", "-c", os.devnull]
     if payload.get("prune"):
         args.append("-x")
