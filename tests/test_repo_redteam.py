@@ -38,7 +38,9 @@ def canary(tmp_path):
 
 @pytest.fixture
 def episode(tmp_path, canary):
-    env = RepoEnv(tmp_root=str(tmp_path / "episodes"), run_timeout_s=10, grade_timeout_s=8)
+    # run_timeout_s: no check here is about time, and on a loaded machine `find` and `grep -r` wait
+    # on the disk (own time, not CPU wait) past 10 s
+    env = RepoEnv(tmp_root=str(tmp_path / "episodes"), run_timeout_s=30, grade_timeout_s=8)
     task = next(t for t in map(RepoTasks(0).get, range(N)) if t.info["bug"] == "mean_empty")
     env.reset(task)
     yield env, task, task.info["package"]

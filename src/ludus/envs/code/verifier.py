@@ -659,10 +659,17 @@ class CodeVerifier:
         if solution_run.status == "infra_error":
             return Score.zero(Status.INFRA_ERROR, f"solution sandbox: {solution_run.reason}")
         wall_s = self._solution_limits(task).wall_s
-        if solution_run.stopped_by == "wall" and test_run.cpu_wait_s > RUNNER_WAIT_SHARE * wall_s:
+        runner_own_s = test_run.wall_s - test_run.cpu_wait_s
+        if (
+            solution_run.stopped_by == "wall"
+            and test_run.cpu_wait_s > RUNNER_WAIT_SHARE * wall_s
+            and runner_own_s < wall_s
+        ):
             # between calls the solution sleeps while the test runner works, and that counts as its
-            # own time: a runner that waited for a CPU for a material share of it was the machine's
-            # doing, not the solution's (a small wait is noise; the solution's own time decides)
+            # own time. A runner that waited for a CPU for a material share of it, and whose own
+            # work took less than the limit, ran the solution out of time by the machine's doing.
+            # (A runner busy past the limit on its own — a value that sends a test into an endless
+            # loop — ran it out by the solution's doing: that stays a timeout.)
             return Score.zero(
                 Status.INFRA_ERROR,
                 f"the solution's time ran out while the test runner waited {test_run.cpu_wait_s:.1f} s for a "
