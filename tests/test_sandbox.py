@@ -298,6 +298,43 @@ print(sum(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) == 0 for k in kids))
     assert box.run("print('alive')").stdout == "alive\n"
 
 
+MEMFD_TO_THE_LIMIT = """
+import os
+if os.fork() == 0:  # a child fills memory files until the worker's group is full and it is killed
+    while True:
+        fd = os.memfd_create("hog")  # each under the file size limit
+        for _ in range(16):
+            os.write(fd, b"x" * (1 << 20))
+os.execv("/bin/sleep", ["sleep", "60"])  # smaller than the child: the OOM killer's choice is the child
+"""
+
+
+def test_a_worker_killed_after_its_group_ran_out_of_memory_is_the_executions_memory_not_infra(box):
+    """Memory in memfds is charged to the worker's group but to no process, so the kernel's OOM
+    killer can end the worker itself (seen under load). A worker that dies after the execution
+    filled its group is the execution's ``memory``; one that dies without that stays
+    ``infra_error``. The worker is killed here by the test, at the moment the OOM killer could."""
+    if os.geteuid() != 0:
+        pytest.skip("non-root: no per-worker memory cgroup")
+    limits = Limits(wall_s=30, cpu_s=30)
+
+    def killed_worker_verdict(code: str, wait_for_hit: bool) -> tuple[str, str]:
+        running = box.start(code, limits=limits)
+        worker, before = running._worker, running._memory_limit_hits
+        time.sleep(1)
+        while wait_for_hit and worker.memory_limit_hits() == before:
+            time.sleep(0.05)
+        os.killpg(worker.process.pid, signal.SIGKILL)
+        result = running.wait()
+        return result.status, result.reason
+
+    status, reason = killed_worker_verdict(MEMFD_TO_THE_LIMIT, wait_for_hit=True)
+    assert status == "memory" and f"{box.limits.memory_mb + 512} MiB" in reason, reason
+    status, reason = killed_worker_verdict("import time\ntime.sleep(60)", wait_for_hit=False)
+    assert status == "infra_error", reason  # this execution never filled its group: the earlier one does not count
+    assert box.run("print('alive')").stdout == "alive\n"
+
+
 def test_file_size_limit(box):
     result = box.run(
         "f = open('big', 'wb')\ntry:\n    f.write(b'x' * (8 << 20)); f.flush()\nexcept OSError as e:\n    print('EFBIG', e.errno)",

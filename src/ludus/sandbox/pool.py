@@ -96,6 +96,9 @@ class WorkerSpec:
             raise ValueError(f"hash_seed must be an integer in [0, 4294967295] or None, got {self.hash_seed!r}")
 
 
+WORKER_MEMORY_HEADROOM_MB = 512  # the worker's own memory, on top of the execution's memory_mb
+
+
 class WorkerDied(RuntimeError):
     pass
 
@@ -110,7 +113,8 @@ class _Worker:
         self.sock = host_sock
         self.send_lock = threading.Lock()
         # the worker's own processes (bwrap's two, the worker) and memory come on top of the execution's
-        self.cgroups = backend.worker_cgroups(limits.processes + 8, (limits.memory_mb + 512) << 20)
+        self.memory_total_mb = limits.memory_mb + WORKER_MEMORY_HEADROOM_MB
+        self.cgroups = backend.worker_cgroups(limits.processes + 8, self.memory_total_mb << 20)
         extra_env = {} if spec.hash_seed is None else {"PYTHONHASHSEED": str(spec.hash_seed)}
         try:
             self.process = subprocess.Popen(
@@ -184,6 +188,23 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def memory_limit_hits(self) -> int:
+        """How often this worker's memory cgroup reached its limit (0 without one). The kernel's
+        OOM killer may then end the worker itself rather than the execution (memory in memfds
+        is charged to the group but to no process), so a death that follows a hit is the
+        execution's doing, not the machine's."""
+        hits = 0
+        for group in self.cgroups:
+            try:
+                if (group / "memory.failcnt").exists():  # v1
+                    hits += int((group / "memory.failcnt").read_text())
+                elif (group / "memory.events").exists():  # v2
+                    events = dict(line.split() for line in (group / "memory.events").read_text().splitlines())
+                    hits += int(events.get("max", 0))
+            except (OSError, ValueError):
+                continue
+        return hits
+
     def close(self) -> None:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -242,8 +263,9 @@ def _spawn(make: Any) -> Any:
 class Running:
     """An execution in progress: ``wait()`` for its ``Execution``, or ``kill()`` it early."""
 
-    def __init__(self, pool: Sandbox, worker: _Worker, limits: Limits):
+    def __init__(self, pool: Sandbox, worker: _Worker, limits: Limits, memory_limit_hits: int = 0):
         self._pool, self._worker, self._limits = pool, worker, limits
+        self._memory_limit_hits = memory_limit_hits
         self._result: Execution | None = None
 
     def kill(self) -> None:
@@ -264,7 +286,14 @@ class Running:
         except TimeoutError:
             self._result = Execution("infra_error", reason="the sandbox worker stopped answering; it was replaced")
         except (WorkerDied, OSError) as exc:
-            self._result = Execution("infra_error", reason=str(exc))
+            if worker.memory_limit_hits() > self._memory_limit_hits:
+                self._result = Execution(
+                    "memory",
+                    reason="the execution's processes and memory files reached the sandbox's total "
+                    f"of {worker.memory_total_mb} MiB",
+                )
+            else:
+                self._result = Execution("infra_error", reason=str(exc))
         finally:
             self._pool._release(worker, healthy)
         return self._result
@@ -440,6 +469,7 @@ class Sandbox:
         else:
             request["call"], request["payload"] = call, payload
         worker = self._borrow()
+        hits = worker.memory_limit_hits()
         try:
             worker.send(request, pass_fds)
         except OSError as exc:
@@ -447,7 +477,7 @@ class Sandbox:
             running = Running(self, worker, limits)
             running._result = Execution("infra_error", reason=f"could not reach the sandbox worker: {exc}")
             return running
-        return Running(self, worker, limits)
+        return Running(self, worker, limits, hits)
 
     def run(self, code: str | None = None, **kwargs: Any) -> Execution:
         """Run one execution to its end (see ``start`` for the arguments)."""
