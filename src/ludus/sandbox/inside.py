@@ -398,6 +398,7 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started, stop_grace_s=0.0) 
     sel.register(ctrl, selectors.EVENT_READ)
     open_streams = {out_r, err_r, ready_r}
     ready, killed_by, killed_at, ended = b"", None, 0.0, None  # ended: (wait status, rusage, when)
+    program_started = None  # its own time starts once its setup (ours, trusted) is done
 
     def kill(reason: str) -> None:
         nonlocal killed_by, killed_at
@@ -417,11 +418,14 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started, stop_grace_s=0.0) 
         if ended is not None and (not open_streams or now > ended[2] + 0.5):
             break  # a process it left behind (only without namespaces) must not hold us
         if killed_by is None and ended is None:
-            if now >= clock.last + SAMPLE_S or clock.times.overran(wall_s, now - started):
+            # a setup held up by a starved worker is not the program's time: before it is
+            # done only the backstop applies (a setup that never ends is infra_error)
+            own_wall = now - program_started if program_started is not None else 0.0
+            if now >= clock.last + SAMPLE_S or clock.times.overran(wall_s, own_wall):
                 clock.sample(now)  # the wait so far, before its own time is judged
-            if clock.times.cpu_s >= cpu_s:
+            if program_started is not None and clock.times.cpu_s >= cpu_s:
                 kill("cpu")
-            elif clock.times.overran(wall_s, now - started):
+            elif program_started is not None and clock.times.overran(wall_s, own_wall):
                 kill("wall")
             elif now >= backstop:
                 kill("backstop")
@@ -451,6 +455,8 @@ def _watch(ctrl, pid, out_r, err_r, ready_r, limits, started, stop_grace_s=0.0) 
                 open_streams.discard(fd)
             elif fd == ready_r:
                 ready += chunk
+                if ready == b"R":
+                    program_started = time.monotonic()
             else:
                 room = cap - len(outputs[fd])
                 outputs[fd] += chunk[: max(room, 0)]

@@ -448,9 +448,11 @@ def outputs_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE
 
 # ---- the verifier ----
 
-# a test runner that waited this share of the solution's wall_s for a CPU made the solution's
-# time run out (see _grade_calls)
-RUNNER_WAIT_SHARE = 0.1
+# In the call formats the solution's own time also holds the test runner's work (it waits for
+# each call), and so the runner's waits for a CPU: the machine's doing. The solution gets this
+# share of wall_s more own time for them; stopped with the runner having waited longer than
+# that, its timeout says nothing about it (infra_error). See _grade_calls.
+RUNNER_WAIT_ALLOWANCE = 1.0
 
 
 @dataclass
@@ -630,6 +632,8 @@ class CodeVerifier:
         }
         solution_end, tests_end = socket.socketpair()
         results_host, results_harness = socket.socketpair()
+        limits = self._solution_limits(task)
+        allowance_s = RUNNER_WAIT_ALLOWANCE * limits.wall_s
         try:
             solution = candidates.start(
                 program,
@@ -637,7 +641,7 @@ class CodeVerifier:
                 pass_fds=[solution_end.fileno()],
                 call_cpu_s=self.test_timeout_s,
                 module_name=task.module,
-                limits=self._solution_limits(task),
+                limits=replace(limits, wall_s=limits.wall_s + allowance_s),
             )
             tests = harness.start(
                 call="ludus_code_harness:run",
@@ -658,18 +662,15 @@ class CodeVerifier:
             return Score.zero(Status.INFRA_ERROR, f"test runner: {test_run.reason}")
         if solution_run.status == "infra_error":
             return Score.zero(Status.INFRA_ERROR, f"solution sandbox: {solution_run.reason}")
-        wall_s = self._solution_limits(task).wall_s
         runner_own_s = test_run.wall_s - test_run.cpu_wait_s
-        if (
-            solution_run.stopped_by == "wall"
-            and test_run.cpu_wait_s > RUNNER_WAIT_SHARE * wall_s
-            and runner_own_s < wall_s
-        ):
+        if solution_run.stopped_by == "wall" and test_run.cpu_wait_s > allowance_s and runner_own_s < limits.wall_s:
             # between calls the solution sleeps while the test runner works, and that counts as its
-            # own time. A runner that waited for a CPU for a material share of it, and whose own
-            # work took less than the limit, ran the solution out of time by the machine's doing.
-            # (A runner busy past the limit on its own — a value that sends a test into an endless
-            # loop — ran it out by the solution's doing: that stays a timeout.)
+            # own time. Stopped at wall_s + allowance with the runner having waited for a CPU less
+            # than the allowance, it used wall_s of its own time even without the wait: its
+            # timeout. A runner that waited longer, and whose own work took less than the limit,
+            # may have run it out by the machine's doing. (A runner busy past the limit on its
+            # own — a value that sends a test into an endless loop — ran it out by the
+            # solution's doing: that stays a timeout.)
             return Score.zero(
                 Status.INFRA_ERROR,
                 f"the solution's time ran out while the test runner waited {test_run.cpu_wait_s:.1f} s for a "
