@@ -11,11 +11,13 @@ and where optimising the learned proxy stops improving the true goal (reward ove
    replaced by a rubric: the reward model is the reward (``rm:DIR``); the true metric and the
    environment's own grade (the exact sum) are measured beside it with weight 0, and the trainer
    logs all three every step as ``reward/rm``, ``reward/true`` and ``reward/exact``.
-4. **The plot** (``docs/images/rlhf_overoptimisation.png``): proxy and true reward over training;
-   the step where the true metric peaks while the proxy still climbs is where over-optimisation starts.
+4. **The plot** (``rlhf_overoptimisation.png`` in the work folder, or ``--plot PATH``): proxy and
+   true reward over training; the step where the true metric peaks while the proxy still climbs is
+   where over-optimisation starts.
 
     python examples/rlhf.py                    # about 12 minutes on a 2-core CPU
     python examples/rlhf.py --rl-minutes 3     # a quicker look
+    python examples/rlhf.py --plot docs/images/rlhf_overoptimisation.png   # the docs' figure, from the repository
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rl-minutes", type=float, default=9.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="work folder (default: a temporary one)")
-    parser.add_argument("--plot", default="docs/images/rlhf_overoptimisation.png")
+    parser.add_argument("--plot", default=None, help="where to save the plot (default: in the work folder)")
     args = parser.parse_args(argv)
 
     from ludus.cli import main as ludus
@@ -126,7 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     # ---- 4. proxy vs true ---------------------------------------------------------------------
     summary = {"pairs": len(rows), "rm_eval_accuracy": rm_metrics["eval_accuracy"]}
-    summary |= report(result.run_dir, Path(args.plot))
+    plot = Path(args.plot) if args.plot else out / "rlhf_overoptimisation.png"
+    summary |= report(result.run_dir, plot)
+    summary["plot"] = str(plot)
     summary["minutes"] = (time.perf_counter() - started) / 60
     print(json.dumps(summary, indent=2))
     return summary

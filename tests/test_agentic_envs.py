@@ -5,6 +5,7 @@ PostgreSQL, and the browser environments on a real Chromium. Random models earn 
 infrastructure error anywhere on the path)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,8 @@ from ludus.policies.base import SamplingParams
 from ludus.policies.openai import OpenAIPolicy
 from ludus.rollout.evaluate import evaluate
 from ludus.serve.model_server import create_app
-from ludus.train.trainer import Trainer, TrainingHalted
+from ludus.train.config import ConfigError
+from ludus.train.trainer import Trainer
 from support import build_hf_checkpoint, serving
 
 # label -> (environment, its arguments); "sql-postgres" runs on the session's PostgreSQL server
@@ -96,12 +98,13 @@ def test_a_transformers_model_directly_and_behind_the_model_server(agentic, chec
     assert served.samples == 6 and served.infra_errors == 0, served.statuses
 
 
-def test_training_stops_with_the_reason_when_no_sample_can_be_graded(small_config):
-    """The tiny model's default context cannot hold an SQL prompt: every sample is an
-    infrastructure failure, and the run says why instead of training on nothing."""
+def test_training_refuses_a_context_too_short_for_the_prompts_before_sampling_anything(small_config):
+    """small_config's 24 tokens of context cannot hold an SQL prompt: every sample would be an
+    infrastructure failure, so the run does not start, and says what to set."""
     config = small_config(name="too-small", env="sql", env_args=AGENTIC["sql"][1], warmstart_steps=0, steps=3)
-    with pytest.raises(TrainingHalted, match="every sample of step 1 failed.*exceeds the tiny model's context"):
+    with pytest.raises(ConfigError, match=r"max_len 24 cannot hold sql's prompts .*--tiny '\{max_len: 128\}'"):
         Trainer.create(config, log=lambda _: None).run()
+    assert not (Path(config.runs_dir) / "too-small").exists()
 
 
 def test_ludus_train_with_a_transformers_model(agentic, checkpoint, small_config):

@@ -180,7 +180,7 @@ def test_source_reader_cannot_tell_what_only_running_the_class_says(tmp_path, mo
     "source",
     [
         'import functools\n\n\n@functools.total_ordering\nclass UnsureEnv:\n    description = "decorated"\n',
-        'class A:\n    description = "a"\n\n\nclass B:\n    pass\n\n\nclass UnsureEnv(B, A):\n    pass\n',
+        'class A:\n    description = "a"\n\n\nclass B:\n    description = "b"\n\n\nclass UnsureEnv(B, A):\n    pass\n',
         'class UnsureEnv:\n    description = "first"\n\n\nif True:\n    UnsureEnv = None\n',
     ],
 )

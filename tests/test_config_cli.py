@@ -1,5 +1,13 @@
-"""Configuration errors name the field; the CLI turns user errors into one line and exit code 2."""
+"""Configuration errors name the field; the CLI turns user errors into one line and exit code 2;
+every command reads the flags that take keyword arguments the same way."""
 
+import json
+import os
+import re
+import subprocess
+import sys
+
+import httpx
 import pytest
 
 from ludus.cli import main
@@ -58,3 +66,115 @@ def test_default_env_args_do_not_follow_another_env():
     assert load_config(overrides={"env": "math"}).env_args == {}
     assert load_config(overrides={"env": "math", "env_args": "{difficulty: 1}"}).env_args == {"difficulty": 1}
     assert load_config().env_args == TrainConfig().env_args
+
+
+# ---- one syntax for the flags that take keyword arguments ---------------------------------------
+ARITHMETIC = "{digits: 1, ops: '+'}"  # YAML, not JSON: every command reads it the same way
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--env-args", "[1, 2]"],
+        ["train", "--tiny", "[1, 2]"],
+        ["warmstart", "--env-args", "[1, 2]"],
+        ["eval", "arithmetic", "--env-args", "[1, 2]"],
+        ["eval", "arithmetic", "--model-args", "[1, 2]"],
+        ["export", "arithmetic", "-n", "1", "-o", "x.jsonl", "--env-args", "[1, 2]"],
+        ["check", "arithmetic", "--env-args", "[1, 2]"],
+        ["serve-env", "arithmetic", "--port", "0", "--env-args", "[1, 2]"],
+        ["serve-model", "--port", "0", "--model-args", "[1, 2]"],
+    ],
+)
+def test_every_command_refuses_a_non_mapping_with_the_same_error(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    flag = next(a for a in argv if a in ("--env-args", "--tiny", "--model-args"))
+    assert (
+        f"{flag} must be a mapping of names to values such as '{{digits: 3}}', got '[1, 2]'" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_flag_that_does_not_parse_says_so(capsys):
+    assert main(["check", "arithmetic", "--env-args", "{digits: 1"]) == 2
+    assert "--env-args must be a mapping such as '{digits: 3}' (YAML or JSON)" in capsys.readouterr().err
+
+
+def test_json_stays_json_and_yaml_is_yaml():
+    from ludus.cli.common import mapping_flag
+
+    assert mapping_flag("--env-args", '{"lr": 1e-3, "on": true}') == {"lr": 1e-3, "on": True}  # YAML: '1e-3' text
+    assert mapping_flag("--env-args", "{digits: 3, ops: '+-'}") == {"digits": 3, "ops": "+-"}
+    assert mapping_flag("--env-args", None) == mapping_flag("--env-args", "") == {}
+
+
+def test_train_and_warmstart_read_mapping_flags_as_yaml():
+    from ludus.cli import build_parser
+    from ludus.cli.train import config_overrides
+
+    for command in ("train", "warmstart"):
+        args = build_parser().parse_args([command, "--env-args", ARITHMETIC, "--tiny", "{max_len: 24}"])
+        config = load_config(overrides=config_overrides(args))
+        assert (config.env_args, config.tiny) == ({"digits": 1, "ops": "+"}, {"max_len": 24})
+
+
+def test_eval_export_and_check_read_the_same_yaml(capsys, tmp_path):
+    runs = tmp_path / "runs"
+    argv = ["eval", "arithmetic", "--env-args", ARITHMETIC, "--model-args", "{max_len: 128}", "--tasks", "3"]
+    assert main([*argv, "--runs", str(runs), "--name", "e"]) == 0
+    assert json.loads((runs / "e" / "eval.json").read_text())["model_args"] == {"max_len": 128}
+    prompts = [
+        json.loads(line)["task"]["prompt"] for line in (runs / "e" / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert len(prompts) == 3 and all(re.fullmatch(r"\D*\d\+\d\D*", p) for p in prompts), prompts
+    out = tmp_path / "tasks.jsonl"
+    assert main(["export", "arithmetic", "-n", "2", "-o", str(out), "--env-args", ARITHMETIC]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [json.loads(r["ludus_env_args"]) for r in rows] == [{"digits": 1, "ops": "+"}] * 2
+    assert main(["check", "arithmetic", "--env-args", ARITHMETIC]) == 0
+    assert "meets the environment contract" in capsys.readouterr().out
+
+
+def test_the_servers_read_the_same_yaml():
+    from ludus.rollout.remote import RemoteEnv
+    from support import start_env_server
+
+    proc, url = start_env_server("--env-args", ARITHMETIC)
+    try:
+        remote = RemoteEnv(url)
+        remote.close()
+        assert remote.env_args == {"digits": 1, "ops": "+"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    cmd = [sys.executable, "-m", "ludus.cli", "serve-model", "--port", "0", "--model-args", "{max_len: 128}"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
+    try:
+        line = proc.stderr.readline()  # "serving tiny at URL (...)", once the socket listens
+        assert " at http" in line, line
+        url = line.split(" at ", 1)[1].split()[0]
+        long_prompt = {"messages": [{"role": "user", "content": "x" * 100}], "max_tokens": 4}  # > the default 64
+        reply = httpx.post(f"{url}/chat/completions", json=long_prompt, timeout=60)
+        assert reply.status_code == 200, reply.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_context_hint_names_flags_its_commands_have():
+    """The tiny model's context error is printed by train, eval and serve-model: each command it
+    names must take the flag it names, with that value."""
+    from ludus.cli import build_parser
+    from ludus.cli.common import mapping_flag
+    from ludus.core import Message
+    from ludus.policies import SamplingParams
+    from ludus.policies.tiny import TinyConfig, TinyPolicy
+
+    with pytest.raises(ValueError, match="context") as info:
+        TinyPolicy(TinyConfig(max_len=24)).generate([[Message("user", "x" * 30)]], SamplingParams(max_tokens=4))
+    named = re.findall(r"`ludus ([a-z-]+) (--[a-z-]+) '([^']*)'`", str(info.value))
+    assert {command for command, _, _ in named} == {"train", "eval"}
+    for command, flag, value in named:
+        args = build_parser().parse_args([command, *(["arithmetic"] if command == "eval" else []), flag, value])
+        assert mapping_flag(flag, vars(args)["cfg_tiny" if command == "train" else "model_args"]) == {"max_len": 512}

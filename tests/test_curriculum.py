@@ -362,7 +362,7 @@ def test_curriculum_training_moves_levels_logs_them_and_resumes_exactly(small_co
 
     first = trainer.run(stop_at_3)
     second = Trainer.resume_from(first.run_dir, log=lambda _: None).run()
-    a, b = (torch.load(r.run_dir / "final" / "model.pt", weights_only=True) for r in (straight, second))
+    a, b = (torch.load(r.run_dir / "final" / "pytorch_model.bin", weights_only=True) for r in (straight, second))
     assert all(torch.equal(a[k], b[k]) for k in a)
     train = [r for r in _records(straight.run_dir) if "reward/mean" in r]
     resumed = [r for r in _records(second.run_dir) if "reward/mean" in r]
@@ -419,5 +419,5 @@ def test_ludus_warmstart_makes_the_base_a_mixture_run_makes(small_config, tmp_pa
     flags = ["--envs", envs, "--env-args", json.dumps(DEFAULT_ARGS), "--tiny", json.dumps(SMALL_TINY)]
     assert main(["warmstart", "--warmstart-steps", "3", *flags]) == 0
     made_by_cli = tmp_path / "other-cache" / made_by_train.relative_to(made_by_train.parents[1])
-    a, b = (torch.load(p / "model.pt", weights_only=True) for p in (made_by_train, made_by_cli))
+    a, b = (torch.load(p / "pytorch_model.bin", weights_only=True) for p in (made_by_train, made_by_cli))
     assert all(torch.equal(a[k], b[k]) for k in a)  # warm-started on the same environments

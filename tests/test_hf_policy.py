@@ -210,7 +210,7 @@ def test_ludus_train_with_an_hf_model_checkpoints_and_resumes(checkpoint, tmp_pa
     assert result.step == 2 and not result.interrupted
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "reward/mean" in r] == [1, 2]
-    saved = load_policy(str(result.run_dir / "checkpoints" / "step_000002" / "policy"))
+    saved = load_policy(str(result.run_dir / "checkpoints" / "step_000002"))
     final = load_policy(str(result.run_dir / "final"))
     start = load_policy(f"hf:{checkpoint}")
     assert isinstance(saved, HFPolicy) and isinstance(final, HFPolicy)

@@ -78,7 +78,7 @@ def test_reward_grades_with_the_environment_and_refuses_rows_it_cannot_trust(tmp
         reward([changed[0]["prompt"]], ["4"], **batch_kwargs(changed))
     message = str(edited.value)  # what differs, how to opt out, and the export that matches the grader
     assert "message 0 is user: '2+2=' in the row" in message and "check_prompt=False" in message
-    assert "`ludus export arithmetic -o FILE.parquet`" in message
+    assert "`ludus export arithmetic -n N -o FILE.parquet`" in message
     assert LudusReward(check_prompt=False)([changed[0]["prompt"]], [answers[0]], **batch_kwargs(changed)) == [1.0]
     with pytest.raises(RowError, match="lacks the columns ludus_task_id"):
         reward(prompts, completions, **{k: v for k, v in batch_kwargs(rows).items() if k != "ludus_task_id"})

@@ -168,7 +168,7 @@ def test_row_errors_name_verls_columns_and_export(tmp_path, tiny, envs):
     assert "extra_info.split" in str(missing.value)
     for error in (missing, stale):
         assert "--format verl" in str(error.value) and "ludus_" not in str(error.value), error.value
-    assert "`ludus export arithmetic --format verl -o FILE.parquet`" in str(stale.value)
+    assert "`ludus export arithmetic --format verl -n N -o FILE.parquet`" in str(stale.value)
 
 
 def test_naive_reward_manager_scores_decoded_responses(tmp_path, tiny, envs):

@@ -290,6 +290,7 @@ def test_the_hidden_tests_cannot_be_read(episode):
         f"nohup python3 -c 'import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)' {MARKER} > /dev/null 2>&1 &",
         f"(setsid bash -c 'while true; do date >> tick.txt; sleep 0.05; done' {MARKER} &) ; sleep 0.3",
     ],
+    ids=["background", "double-fork", "setsid-loop"],  # the same in every process (the marker is random)
 )
 def test_background_processes_do_not_survive(episode, command):
     env, _, _ = episode

@@ -205,3 +205,24 @@ def test_the_command_reports_bad_data_in_one_sentence(tmp_path, capsys):
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     assert main(["train-rm", "--data", str(broken), "--out", str(tmp_path / "busy")]) == 2
     assert "not a reward model folder" in capsys.readouterr().err.replace("\n", "")
+
+
+@pytest.mark.slow
+def test_the_rlhf_example_runs_from_anywhere_and_writes_only_into_its_work_folder(tmp_path):
+    """examples/rlhf.py at small sizes, started outside the repository: its data, its runs and its
+    plot go to --out, nothing to the working directory or the repository's docs/images."""
+    import subprocess
+    import sys
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    example = Path(__file__).resolve().parents[1] / "examples" / "rlhf.py"
+    small = ["--pairs", "16", "--rm-epochs", "1", "--rl-minutes", "0.01", "--out", "work"]
+    env = {**os.environ, "LUDUS_CACHE": str(tmp_path / "cache"), "MPLBACKEND": "Agg"}
+    run = subprocess.run([sys.executable, str(example), *small], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout[run.stdout.index("{\n") :])
+    assert summary["plot"] == "work/rlhf_overoptimisation.png" and summary["rl_steps"] >= 1
+    assert (elsewhere / summary["plot"]).read_bytes().startswith(b"\x89PNG")
+    assert [p.name for p in elsewhere.iterdir()] == ["work"]
+    assert {p.name for p in (elsewhere / "work").iterdir()} == {"prefs.jsonl", "rm", "rl", "rlhf_overoptimisation.png"}

@@ -402,6 +402,59 @@ def test_ludus_eval_refuses_to_mix_runs_and_bad_k(tmp_path):
     assert bad.returncode == 2 and "--k" in err
 
 
+def _episodes(run_dir) -> dict[str, dict]:
+    lines = (run_dir / "trajectories.jsonl").read_text().splitlines()
+    return {r["info"]["key"]: r for r in map(json.loads, lines)}
+
+
+def test_ludus_eval_resume_finishes_a_run_with_its_own_model_and_refuses_another(tmp_path, capsys):
+    from ludus.cli import main
+
+    run = tmp_path / "half"
+    common = ["eval", "arithmetic", "--runs", str(tmp_path), "--name", "half"]
+    assert main([*common, "--model", "nothing", "--tasks", "4", "--max-tokens", "8", "--env-args", "{digits: 1}"]) == 0
+    lines = (run / "trajectories.jsonl").read_text().splitlines()
+    (run / "trajectories.jsonl").write_text(lines[0] + "\n" + lines[1] + "\n")  # as an interrupted run leaves it
+    (run / "summary.json").unlink()
+
+    for changed, said in [
+        (["--model", "tiny"], "--model nothing (this command: tiny)"),
+        (["--env-args", "{digits: 2}"], '--env-args {"digits": 1} (this command: {"digits": 2})'),
+        (["--max-tokens", "32"], "--max-tokens 8 (this command: 32)"),
+        (["--samples", "2"], "--samples 1 (this command: 2)"),
+    ]:
+        assert main([*common, "--resume", *changed]) == 2
+        assert said in capsys.readouterr().err
+    assert len(_episodes(run)) == 2 and not (run / "summary.json").exists()  # refused before running anything
+
+    # no --model: the run's own finishes it (empty replies), not the default tiny model
+    assert main([*common, "--resume", "--env-args", '{"digits": 1}']) == 0  # the same arguments, as JSON
+    episodes = _episodes(run)
+    assert len(episodes) == 4 and all(not e["turns"][0]["completion_ids"] for e in episodes.values())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["samples"] == 4 and summary["statuses"] == {"no_answer": 4}
+    assert main(["eval", "arithmetic", "--runs", str(tmp_path), "--name", "tiny", "--tasks", "4"]) == 0
+    assert all(e["turns"][0]["completion_ids"] for e in _episodes(tmp_path / "tiny").values())  # tiny would show
+
+    assert main([*common, "--resume", "--tasks", "6"]) == 0  # more tasks, the same model and settings
+    assert len(_episodes(run)) == 6 and json.loads((run / "eval.json").read_text())["tasks"] == 6
+    assert all(not e["turns"][0]["completion_ids"] for e in _episodes(run).values())
+
+
+def test_ludus_eval_resume_refuses_a_run_without_a_record_or_a_name(tmp_path, capsys):
+    from ludus.cli import main
+
+    assert (
+        main(["eval", "arithmetic", "--runs", str(tmp_path), "--name", "old", "--model", "nothing", "--tasks", "2"])
+        == 0
+    )
+    (tmp_path / "old" / "eval.json").unlink()  # a run folder from before runs recorded their settings
+    assert main(["eval", "arithmetic", "--runs", str(tmp_path), "--name", "old", "--resume"]) == 2
+    assert "no record of the model and settings" in capsys.readouterr().err
+    assert main(["eval", "arithmetic", "--runs", str(tmp_path), "--resume"]) == 2
+    assert "add --name" in capsys.readouterr().err
+
+
 def test_a_stop_hook_ends_an_episode_early_with_its_score():
     class Chatty(Env):
         name = "chatty"

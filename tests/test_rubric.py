@@ -1,6 +1,7 @@
 """Rubrics: weighted criteria, gates, components, and a broken criterion is infra_error, never a number."""
 
 import pytest
+import yaml
 
 from ludus.core.rubric import Criterion, Rubric, reward_function
 from ludus.core.types import InfraError, Score, Status, Task
@@ -196,3 +197,80 @@ def test_an_environment_grading_in_its_own_transition_refuses_a_rubric():
     registry.register("state-graded", StateGraded)
     with pytest.raises(ValueError, match="grades in its own transition"):
         registry.make("state-graded", rubric=[{"function": "env"}])
+
+
+@pytest.mark.parametrize("document", ["name: yes", "name: true", "name: on", "name: 1", "gate: true"])
+def test_a_criterion_name_that_yaml_reads_as_something_else_is_refused(document):
+    item = {"function": "env", **yaml.safe_load(document)}
+    with pytest.raises(ValueError, match=r"must be a string, got (True|1) .*quote"):
+        Rubric.from_config([{"function": "env", "name": "yes"}, item], functions={"env": boxed})
+
+
+def test_a_quoted_yaml_name_is_read_as_written():
+    spec = yaml.safe_load('[{function: env, name: "yes"}, {function: env, name: "on", gate: "yes"}]')
+    rubric = Rubric.from_config(spec, functions={"env": boxed})
+    assert rubric.score(TASK, "\\boxed{hello}").components == {"yes": 1.0, "on": 1.0}
+
+
+def pure_and_quick(task, completion):
+    return completion.strip() == task.answer
+
+
+pure_and_quick.quick = True
+
+
+def test_a_criterion_declared_quick_keeps_a_quick_environment_quick():
+    from ludus.core import registry
+
+    own_and_quick = [{"function": "env"}, {"function": "test_rubric:pure_and_quick"}]
+    assert registry.make("arithmetic", rubric=own_and_quick).quick
+    undeclared = [{"function": "env"}, {"function": "test_rubric:short"}]  # could block: runs on a thread
+    assert not registry.make("arithmetic", rubric=undeclared).quick
+
+
+def test_a_rubric_made_for_every_episode_reads_the_installed_packages_once(tmp_path, monkeypatch):
+    """EnvFactory builds the rubric for each episode; scanning every installed package each time
+    made a training step with an import-path criterion many times slower."""
+    from ludus.core import registry, rubric
+
+    scans = []
+    real = rubric.entry_points
+    monkeypatch.setattr(rubric, "entry_points", lambda **kw: scans.append(kw) or real(**kw))
+    monkeypatch.syspath_prepend(str(tmp_path))  # a search path not read yet
+    make = registry.factory("arithmetic", {"rubric": [{"function": "env"}, {"function": "test_rubric:short"}]})
+    episodes = [make() for _ in range(20)]
+    assert len(scans) == 1
+    assert all(env.score is not episodes[0].score for env in episodes[1:])  # each its own rubric
+
+
+def test_the_docs_rubric_example_has_criteria_that_pass_and_fail_on_real_replies(tmp_path, monkeypatch):
+    """docs/rewards.md's `ludus train` rubric on the math environment, with the docs' own reward
+    module: on a short right reply, a long right one and a wrong one, each criterion both passes
+    and fails (a criterion that never passes keeps every reply from counting as correct)."""
+    import json
+    import re
+    import shlex
+    from pathlib import Path
+
+    from ludus.core import registry
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "rewards.md").read_text()
+    module = re.search(r"```python\n(# my_package/rewards\.py\n.*?)```", doc, re.S).group(1)
+    (tmp_path / "my_package").mkdir()
+    (tmp_path / "my_package" / "rewards.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    command = next(b for b in re.findall(r"```bash\n(.*?)```", doc, re.S) if "my_package.rewards:concise" in b)
+    words = shlex.split(command)
+    env = registry.make(words[words.index("--env") + 1], **json.loads(words[words.index("--env-args") + 1]))
+    task = env.task_source("eval").get(0)
+    right = env.reference(task)
+    scores = {}
+    for name, reply in {"short": right, "long": "Let me add the digits. " * 60 + right, "wrong": "\\boxed{-1}"}.items():
+        env.reset(task)
+        scores[name] = env.step(reply).score
+    assert scores["short"].status == "correct"
+    assert scores["long"].status == "partial" and "concise" in scores["long"].reason
+    assert scores["wrong"].status == "wrong" and "concise: not run" in scores["wrong"].reason
+    for criterion in scores["short"].components:
+        passing = [s.components[criterion] >= 0.5 for s in scores.values()]
+        assert True in passing and False in passing, (criterion, scores)

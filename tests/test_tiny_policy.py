@@ -1,11 +1,15 @@
-"""The embedded model: sampling log-probs match scoring, greedy is deterministic, save/load round-trips."""
+"""The embedded model: sampling log-probs match scoring, greedy is deterministic, save/load round-trips, and a
+saved model is a GPT-2 that transformers reads."""
+
+import json
+from dataclasses import asdict
 
 import pytest
 import torch
 
 from ludus.core.types import Message
 from ludus.policies.base import SamplingParams
-from ludus.policies.tiny import EOS, ByteTokenizer, TinyConfig, TinyPolicy
+from ludus.policies.tiny import EOS, PAD, ByteTokenizer, TinyConfig, TinyPolicy
 
 CONVS = [[Message("user", "1+2=")], [Message("user", "13+24=")], [Message("user", "123+456=")]]
 
@@ -64,6 +68,43 @@ def test_save_load_round_trip(tmp_path):
         assert torch.equal(a, b), k
     with pytest.raises(FileNotFoundError, match="config.json"):
         TinyPolicy.load(tmp_path / "missing")
+
+
+def test_a_saved_tiny_model_is_a_gpt2_that_transformers_reads(tmp_path):
+    """The same model under transformers: the same log-probs and the same greedy reply, from byte ids."""
+    from transformers import AutoModelForCausalLM
+
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=2, n_heads=2, max_len=32), seed=5)
+    policy.save(tmp_path / "m")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval()
+    assert type(model).__name__ == "GPT2LMHeadModel"
+    for conv, ours in zip(CONVS, policy.generate(CONVS, SamplingParams(temperature=0, max_tokens=8)), strict=True):
+        prompt = torch.tensor([ByteTokenizer().render(conv)])
+        with torch.no_grad():
+            theirs = model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=8,
+                do_sample=False,
+                eos_token_id=EOS,
+                pad_token_id=PAD,
+            )[0, prompt.shape[1] :].tolist()
+            logits = model(torch.tensor([ours.prompt_ids + ours.completion_ids])).logits[0]
+        assert theirs == ours.completion_ids
+        logp = torch.log_softmax(logits[len(ours.prompt_ids) - 1 : -1], -1)
+        gathered = logp.gather(1, torch.tensor(ours.completion_ids)[:, None])[:, 0]
+        assert torch.allclose(gathered, torch.tensor(ours.logprobs), atol=1e-4)
+
+
+def test_a_folder_saved_in_the_earlier_layout_still_loads(tmp_path):
+    """Folders saved before tiny folders were GPT-2 folders (cached base models among them)."""
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=32), seed=6)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.json").write_text(json.dumps({"kind": "tiny", **asdict(policy.config)}))
+    torch.save(policy.module.state_dict(), tmp_path / "old" / "model.pt")
+    loaded = TinyPolicy.load(tmp_path / "old")
+    for name, value in policy.module.state_dict().items():
+        assert torch.equal(loaded.module.state_dict()[name], value), name
 
 
 def test_prompt_longer_than_context_is_a_clear_error():

@@ -53,7 +53,7 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 def _params(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "final" / "model.pt", weights_only=True)
+    return torch.load(run_dir / "final" / "pytorch_model.bin", weights_only=True)
 
 
 def test_a_step_that_cannot_finish_checkpoints_the_last_one_and_resume_continues_exactly(small_config):
@@ -99,7 +99,9 @@ def test_a_dead_env_server_halts_training_with_a_checkpoint_and_the_run_resumes_
         trainer = Trainer.create(config, log=lambda _: None)
         with pytest.raises(
             TrainingHalted,
-            match=rf"the env server failed in step 3: {url}: ConnectError.*A checkpoint of step 2 was written",
+            # the task (unless read before, as the context's sizing reads the first) or the episode fails
+            match=rf"(the env server failed in step 3|every sample of step 3 failed): .*{url}.*A checkpoint of step 2 "
+            "was written",
         ):
             trainer.run(kill_after_step_2)
         server, elsewhere = start_env_server(env_args=config.env_args)

@@ -17,13 +17,13 @@ from support import DigitTasks
 
 
 def _params(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "final" / "model.pt", weights_only=True)
+    return torch.load(run_dir / "final" / "pytorch_model.bin", weights_only=True)
 
 
 def test_run_folder_and_metrics_schema(small_config):
     result = Trainer.create(small_config(name="schema", steps=4), log=lambda _: None).run()
     run = result.run_dir
-    for name in ["config.yaml", "metrics.jsonl", "samples.jsonl", "reward.png", "final/model.pt"]:
+    for name in ["config.yaml", "metrics.jsonl", "samples.jsonl", "reward.png", "final/pytorch_model.bin"]:
         assert (run / name).exists(), name
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert all("step" in r and "elapsed_s" in r for r in records)
@@ -48,6 +48,39 @@ def test_run_folder_and_metrics_schema(small_config):
     sample = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
     assert sample["step"] == 1 and sample["turns"][0]["completion_ids"]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000004"]
+
+
+def test_a_checkpoint_folder_and_final_are_models_wherever_a_model_is_read(small_config, tmp_path):
+    """``runs/NAME/checkpoints/step_000002`` and ``runs/NAME/final`` as docs/models.md names them:
+    ``ludus eval --model``, ``model:`` of another run, a reward model's backbone and transformers."""
+    from transformers import AutoModelForCausalLM
+
+    from ludus.cli import main
+    from ludus.policies import load_policy
+    from ludus.rewards.reward_model import RewardModel
+
+    run = Trainer.create(small_config(name="paths", steps=2), log=lambda _: None).run().run_dir
+    checkpoint, final = run / "checkpoints" / "step_000002", run / "final"
+    trained = load_policy(str(final)).module.state_dict()
+    for folder in (checkpoint, final):
+        loaded = load_policy(str(folder)).module.state_dict()
+        assert all(torch.equal(loaded[name], value) for name, value in trained.items())
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        assert torch.equal(model.get_input_embeddings().weight, trained["tok.weight"])
+        assert RewardModel.create(str(folder)).backbone == "tiny"
+    flags = ["--env-args", "{digits: 1, ops: '+'}", "--tasks", "4", "--max-tokens", "3", "--runs", str(tmp_path)]
+    assert main(["eval", "arithmetic", "--model", str(checkpoint), "--name", "e", *flags]) == 0
+    summary = json.loads((tmp_path / "e" / "summary.json").read_text())
+    assert summary["samples"] == 4 and summary["infra_errors"] == 0
+    again = Trainer.create(small_config(name="again", model=str(checkpoint), steps=1), log=lambda _: None).run()
+    assert again.step == 1
+    with pytest.raises(ValueError, match="training run's folder: its model is .*final"):
+        load_policy(str(run))
+    (checkpoint / "policy").mkdir()  # as checkpoints were written before they were model folders
+    for name in ("config.json", "pytorch_model.bin"):
+        (checkpoint / name).rename(checkpoint / "policy" / name)
+    logs: list[str] = []
+    assert Trainer.resume_from(run, log=logs.append).run().step == 2 and any("from step 2" in m for m in logs)
 
 
 def test_existing_run_folder_is_not_overwritten(small_config):

@@ -105,7 +105,7 @@ def test_reward_to_go_trains_single_turn_episodes_exactly_like_episode_credit(sm
     for turn_credit in ("episode", "reward_to_go"):
         config = small_config(name=turn_credit, turn_credit=turn_credit, steps=2, eval_every=0, checkpoint_every=0)
         run = Trainer.create(config, log=lambda _: None).run().run_dir
-        params.append(torch.load(run / "final" / "model.pt", weights_only=True))
+        params.append(torch.load(run / "final" / "pytorch_model.bin", weights_only=True))
     assert params[0].keys() == params[1].keys()
     for key in params[0]:
         assert torch.equal(params[0][key], params[1][key]), key

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ludus.core.check import check_env, format_report
+from ludus.core.env import MissingDependency
 from ludus.core.types import Message, Status, ToolCall
 from ludus.envs.web.miniwob import SUPPORTED, MiniWoBEnv
 from ludus.rollout.engine import EpisodeRequest
@@ -102,7 +103,7 @@ def test_unknown_and_unsupported_names_are_clear_errors(monkeypatch):
     with pytest.raises(ValueError, match="does not support"):
         MiniWoBEnv(names=["drag-box"])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"pip install 'ludus\[web\]'"):
+    with pytest.raises(MissingDependency, match=r"pip install 'ludus\[web\]'"):
         MiniWoBEnv()
 
 

@@ -44,9 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a user can cause. ``main`` calls this only once an exception reaches it,
     so the registry behind two of them is not imported on the way in."""
+    from ludus.core.env import MissingDependency
     from ludus.core.registry import EnvLoadError, UnknownEnvError
 
-    return (UnknownEnvError, EnvLoadError, ValueError, FileNotFoundError, FileExistsError)
+    return (UnknownEnvError, EnvLoadError, MissingDependency, ValueError, FileNotFoundError, FileExistsError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ludus.cli.common import ENV_ARGS_HELP
+
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
 
@@ -18,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         "check", help="run the contract check (and with --redteam, the red-team) on an environment"
     )
     p.add_argument("env", help="environment name (see `ludus envs`)")
-    p.add_argument("--env-args", help="JSON object of constructor arguments, e.g. '{\"digits\": 3}'")
+    p.add_argument("--env-args", help=ENV_ARGS_HELP)
     p.add_argument(
         "--env-server",
         metavar="URL",
@@ -36,11 +38,10 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
+    from ludus.cli.common import mapping_flag
     from ludus.core.check import check_env, format_report
 
-    kwargs = json.loads(args.env_args) if args.env_args else {}
+    kwargs = mapping_flag("--env-args", args.env_args)
     if args.tasks < 1:
         raise ValueError(f"--tasks must be at least 1, got {args.tasks}")
     if args.env_server:

@@ -1,6 +1,7 @@
-"""What several commands share: the sub-command parser, the stderr console, progress bars, ``--model-args``.
+"""What several commands share: the sub-command parser, the stderr console, progress bars, the flags
+that take keyword arguments (``--env-args``, ``--model-args``).
 
-Rich is imported inside the functions, so that building the parser (every ``ludus`` call,
+Rich and YAML are imported inside the functions, so that building the parser (every ``ludus`` call,
 ``--help`` included) stays as cheap as argparse itself.
 """
 
@@ -17,9 +18,10 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 MODEL_ARGS_HELP = (
-    "JSON options for loading the model: for tiny its shape (e.g. '{\"max_len\": 1024}'), for hf: device, "
-    "dtype, tool_format; for a server timeout_s, concurrency, tool_format"
+    "options for loading the model, a YAML or JSON mapping: for tiny its shape (e.g. '{max_len: 1024}'), for hf: "
+    "device, dtype, tool_format; for a server timeout_s, concurrency, tool_format"
 )
+ENV_ARGS_HELP = "keyword arguments for the environment, a YAML or JSON mapping, e.g. '{digits: 3}'"
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -64,12 +66,30 @@ def progress_bar(label: str) -> Progress:
     )
 
 
-def model_args(text: str | None) -> dict[str, Any]:
-    """``--model-args``: a JSON object of options for ``load_policy``."""
-    given = json.loads(text) if text else {}
-    if not isinstance(given, dict):
-        raise ValueError(f"--model-args must be a JSON object, got {text!r}")
-    return given
+def mapping_flag(flag: str, text: str | None) -> dict[str, Any]:
+    """The value of a flag that takes keyword arguments (``--env-args``, ``--model-args``, ``ludus
+    train``'s ``--tiny``): a YAML mapping, of which JSON is a subset, read the same way by every
+    command. JSON is read as JSON first, so that its numbers stay numbers (YAML reads ``1e-3``
+    as text)."""
+    if not text:
+        return {}
+    import yaml
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ValueError(
+                f"{flag} must be a mapping such as '{{digits: 3}}' (YAML or JSON); {text!r} does not parse: {problem}"
+            ) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError(f"{flag} must be a mapping of names to values such as '{{digits: 3}}', got {text!r}")
+    return value
 
 
 def add_browser_flags(p: argparse.ArgumentParser) -> None:
@@ -113,8 +133,6 @@ def env_factory(
     if not servers:
         from ludus.core.registry import factory
 
-        if not isinstance(env_args, dict):
-            raise ValueError(f"--env-args must be a JSON object, got {env_args!r}")
         return factory(name, env_args), [], None
     from ludus.rollout.remote import RemoteEnv, RemoteEnvError
 

@@ -2,11 +2,13 @@
 
 Environment families import torch, sympy or a sandbox, and listing them should not. So a
 description is read from source: the literal ``description = "..."`` of the class, or of its
-single base class, following ``from … import`` re-exports (a package's ``__init__``) file by
-file. Only when the source does not settle it (a computed value, a decorator, several bases)
-is the class imported, and an environment that fails to import is listed with the error. The
-flip side: a module that would fail to import despite a readable class (a missing dependency,
-say) is reported when the environment is made, e.g. by ``ludus check ENV``, not here.
+base classes, following ``from … import`` re-exports (a package's ``__init__``) file by file.
+Only when the source does not settle it (a computed value, a decorator, bases that disagree) is
+the class imported, and an environment that fails to import is listed with the error. The
+packages an environment needs beyond Ludus (``Env.requires``) are read the same way, and an
+environment whose package is missing is listed with the command that installs it; a family of
+environments that cannot list them (reasoning-gym's ``rg:``, without reasoning-gym) is listed
+with its reason.
 """
 
 from __future__ import annotations
@@ -35,16 +37,23 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ludus.core.registry import EnvLoadError, entries
+    from ludus.core.env import missing_requirements
+    from ludus.core.registry import EnvLoadError, entries, unavailable_families
 
     source = SourceReader()
     table = Table("name", "description", "origin")
     for name, entry in entries().items():
         try:
             description = escape(describe(entry, source))
+            missing = missing_requirements(requirements(entry, source))
         except EnvLoadError as exc:
-            description = f"[red]cannot load: {escape(str(exc))}[/]"
+            description, missing = f"[red]cannot load: {escape(str(exc))}[/]", {}
+        if missing:
+            install = "; ".join(dict.fromkeys(missing.values()))
+            description += f"\n[yellow]not installed ({', '.join(missing)}): {escape(install)}[/]"
         table.add_row(name, description, entry.origin)
+    for prefix, reason in unavailable_families().items():
+        table.add_row(f"{prefix}:*", f"[yellow]{escape(reason)}[/]", f"family {prefix}")
     Console().print(table)
     return 0
 
@@ -62,6 +71,20 @@ def describe(entry: EnvEntry, source: SourceReader) -> str:
     return entry.load().description or NO_DESCRIPTION
 
 
+def requirements(entry: EnvEntry, source: SourceReader) -> dict[str, str]:
+    """The environment's ``requires`` (module -> install command), from its source if that spells
+    it out, else from its imported class. A family's members say nothing: the family itself is
+    listed as unavailable when its package is missing."""
+    if entry.description is not None:
+        return {}
+    if entry.origin != "registered":
+        try:
+            return source.requires(entry.target)
+        except CannotTell:
+            pass
+    return dict(entry.load().requires)
+
+
 class CannotTell(Exception):
     """The source alone does not settle the value; import the class instead."""
 
@@ -74,14 +97,22 @@ class SourceReader:
 
     def description(self, target: str) -> str:
         """The literal ``description`` of the class at ``target`` ("module:Class")."""
+        return literal_string(self._statement(target, "description"))
+
+    def requires(self, target: str) -> dict[str, str]:
+        """The literal ``requires`` of the class at ``target`` (``Env`` declares ``{}``)."""
+        return literal_mapping(self._statement(target, "requires"))
+
+    def _statement(self, target: str, attribute: str) -> ast.stmt:
+        """The statement that gives the class at ``target`` its ``attribute``."""
         module, _, name = target.partition(":")
         if not name or "." in name:
             raise CannotTell(target)
         defined_in, cls = self._class(module, name, 0)
-        value = self._attribute(defined_in, cls, "description", 0)
-        if value is None:
-            raise CannotTell(f"{target} has no description in its source")
-        return value
+        statement = self._attribute(defined_in, cls, attribute, 0)
+        if statement is None:
+            raise CannotTell(f"{target} has no {attribute} in its source")
+        return statement
 
     def _class(self, module: str, name: str, hops: int) -> tuple[str, ast.ClassDef]:
         """Where class ``name`` of ``module`` is defined, following from-imports: that module and the class."""
@@ -97,19 +128,25 @@ class SourceReader:
                 return self._class(absolute_module(statement, package), alias.name, hops + 1)
         raise CannotTell(f"{module}.{name} is not a class statement or a from-import")
 
-    def _attribute(self, module: str, cls: ast.ClassDef, attribute: str, hops: int) -> str | None:
-        """The literal value of ``attribute`` in ``cls`` or up its chain of single bases; None if none defines it."""
+    def _attribute(self, module: str, cls: ast.ClassDef, attribute: str, hops: int) -> ast.stmt | None:
+        """The statement that binds ``attribute`` in ``cls`` or up its bases; None if none does.
+        With several bases, every one must lead to the same statement (or none): one class of the
+        whole ancestry binds it, so the method resolution order can find no other."""
         if cls.decorator_list:
             raise CannotTell(f"{cls.name} is decorated")
         statement = last_binding(cls.body, attribute)
         if statement is not None:
-            return literal_string(statement)
-        if not cls.bases:
-            return None
-        if len(cls.bases) > 1 or not isinstance(cls.bases[0], ast.Name):
-            raise CannotTell(f"{cls.name} has bases other than one plain name")
-        base_module, base = self._class(module, cls.bases[0].id, hops + 1)
-        return self._attribute(base_module, base, attribute, hops + 1)
+            return statement
+        found = set()
+        for base in cls.bases:
+            if not isinstance(base, ast.Name):
+                raise CannotTell(f"{cls.name} has bases other than plain names")
+            base_module, base_class = self._class(module, base.id, hops + 1)
+            found.add(self._attribute(base_module, base_class, attribute, hops + 1))
+        found.discard(None)
+        if len(found) > 1:
+            raise CannotTell(f"{cls.name}'s bases bind {attribute} differently")
+        return found.pop() if found else None
 
     def _parse(self, module: str) -> tuple[ast.Module, str]:
         """The module's syntax tree and the package its relative imports start from."""
@@ -175,6 +212,18 @@ def literal_string(statement: ast.stmt) -> str:
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             return value.value
     raise CannotTell(f"line {statement.lineno} is not a literal string assignment")
+
+
+def literal_mapping(statement: ast.stmt) -> dict[str, str]:
+    """The mapping of strings a simple ``name = {"...": "..."}`` (or ``name: T = {...}``) assigns."""
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)) and isinstance(statement.value, ast.Dict):
+        try:
+            value = ast.literal_eval(statement.value)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            return value
+    raise CannotTell(f"line {statement.lineno} is not a literal mapping of strings")
 
 
 def absolute_module(statement: ast.ImportFrom, package: str) -> str:

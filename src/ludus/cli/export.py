@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ludus.cli.common import ENV_ARGS_HELP
+
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
 
@@ -24,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--split", default="train", help="task split: train or eval (default train)")
     p.add_argument("-n", "--tasks", type=int, help="how many tasks (default: the whole split; required if endless)")
     p.add_argument("--start", type=int, default=0, help="index of the first task (default 0)")
-    p.add_argument("--env-args", help="JSON object of constructor arguments, e.g. '{\"digits\": 3}'")
+    p.add_argument("--env-args", help=ENV_ARGS_HELP)
     p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.set_defaults(run=run)
 
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from ludus.cli.common import console, progress_bar
+    from ludus.cli.common import console, mapping_flag, progress_bar
     from ludus.integrations import trl, verl
     from ludus.integrations.common import canonical_args, export_tasks
 
@@ -42,10 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--output must end in .parquet or .jsonl, got {out.name!r}")
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to overwrite it")
-    try:
-        env_args = canonical_args(args.env_args)
-    except ValueError as exc:
-        raise ValueError(f"--env-args: {exc}") from exc
+    env_args = canonical_args(mapping_flag("--env-args", args.env_args))
     exported = []
     with progress_bar("export") as progress:
         bar = progress.add_task("", total=args.tasks)

@@ -14,7 +14,10 @@ if TYPE_CHECKING:
 def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("serve-model", help="serve a policy over an OpenAI-compatible chat-completions API")
     p.add_argument(
-        "--model", default="tiny", metavar="SPEC", help="what load_policy reads: tiny, a saved folder, hf:PATH"
+        "--model",
+        default="tiny",
+        metavar="SPEC",
+        help="what load_policy reads: tiny, a saved folder (a run's final/ or checkpoints/step_NNNNNN/), hf:PATH",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 picks a free one)")
@@ -32,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ludus.cli.common import console, model_args
+    from ludus.cli.common import console, mapping_flag
 
     try:
         import uvicorn
@@ -49,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from ludus.serve.net import ConnectionGuard, address, connection_options, listen, spare_descriptors
 
     BrowserRules(tuple(args.allow_origin), tuple(args.allow_host))  # a bad flag stops us before the model loads
+    options = mapping_flag("--model-args", args.model_args)
     sock = listen(args.host, args.port)
-    policy = load_policy(args.model, **model_args(args.model_args))
+    policy = load_policy(args.model, **options)
     app = create_app(
         policy,
         args.name or args.model,

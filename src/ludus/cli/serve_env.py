@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ludus.cli.common import add_browser_flags
+from ludus.cli.common import ENV_ARGS_HELP, add_browser_flags
 
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         "serve-env", help="serve an environment over HTTP and WebSocket: sessions, graded on the server"
     )
     p.add_argument("env", help="environment name (see `ludus envs`)")
-    p.add_argument("--env-args", help="JSON keyword arguments for the environment")
+    p.add_argument("--env-args", help=ENV_ARGS_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8100, help="port to listen on (default 8100; 0 picks a free one)")
     token = p.add_mutually_exclusive_group()
@@ -78,19 +78,16 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import os
 
-    from ludus.cli.common import console
+    from ludus.cli.common import console, mapping_flag
     from ludus.core.registry import factory
 
     try:
         from ludus.serve.env_server import ServerLimits, serve
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ValueError(f"ludus serve-env needs uvicorn: pip install 'ludus[serve]' ({exc})") from None
-    env_args = json.loads(args.env_args) if args.env_args else {}
-    if not isinstance(env_args, dict):
-        raise ValueError(f"--env-args must be a JSON object, got {args.env_args!r}")
+    env_args = mapping_flag("--env-args", args.env_args)
     if args.hide_reasons and args.show_reasons:
         raise ValueError("--hide-reasons (the default) and --show-reasons contradict each other: keep one")
     limits = ServerLimits(

@@ -54,8 +54,17 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The config fields given as flags, as the strings typed (``load_config`` parses them)."""
-    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
+    """The config fields given as flags: mappings (``--env-args``, ``--tiny``, …) read as every
+    command reads them, the rest as the strings typed (``load_config`` parses them)."""
+    from ludus.cli.common import mapping_flag
+    from ludus.train.config import TrainConfig
+
+    defaults = TrainConfig().to_dict()
+    given = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
+    return {
+        name: mapping_flag(f"--{name.replace('_', '-')}", value) if isinstance(defaults[name], dict) else value
+        for name, value in given.items()
+    }
 
 
 def run(args: argparse.Namespace) -> int:

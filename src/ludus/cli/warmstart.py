@@ -23,26 +23,27 @@ def run(args: argparse.Namespace) -> int:
     from ludus.cli.common import console, progress_bar
     from ludus.train.config import load_config
     from ludus.train.curriculum import build_picker
-    from ludus.train.supervised import base_model_recipe, make_base_model
+    from ludus.train.supervised import base_model_recipe, fit_context, make_base_model
     from ludus.train.trainer import make_env_factory, warmstart_envs
 
     c = load_config(args.config, config_overrides(args))
-    recipe = base_model_recipe(c)
     factory = make_env_factory(c)
-    envs = warmstart_envs(c, build_picker(c, factory), factory)  # what `ludus train` warm-starts on
+    picker = build_picker(c, factory)
+    envs = warmstart_envs(c, picker, factory)  # what `ludus train` warm-starts on
     if not envs:
         raise ValueError("there is nothing to warm-start: the config's model is not tiny or warmstart_steps is 0")
-    with progress_bar("warm-start") as progress:
-        bar = progress.add_task("", total=c.warmstart_steps)
-        try:
+    try:
+        fit_context(c, picker.arms.values(), envs, console().print)  # the context `ludus train` gives the model
+        with progress_bar("warm-start") as progress:
+            bar = progress.add_task("", total=c.warmstart_steps)
             _, path, created = make_base_model(
                 envs,
-                recipe,
+                base_model_recipe(c),
                 force=args.force,
                 on_step=lambda s, loss: progress.update(bar, completed=s, description=f"loss {loss:.3f}"),
             )
-        finally:
-            for env in envs:
-                env.close()
+    finally:
+        for env in envs:
+            env.close()
     console().print(f"{'created' if created else 'already cached (use --force to re-create)'}: {path}")
     return 0

@@ -1,6 +1,6 @@
 """Core types and the environment API. Imports nothing else of ludus, and no heavy libraries."""
 
-from ludus.core.env import Env, EnvStateError, SingleTurnEnv, Split, TaskSource, ToolEnv
+from ludus.core.env import Env, EnvStateError, MissingDependency, SingleTurnEnv, Split, TaskSource, ToolEnv
 from ludus.core.registry import EnvLoadError, UnknownEnvError, make, register
 from ludus.core.rubric import Criterion, Rubric
 from ludus.core.tools import Tool, ToolCache, ToolError, ToolSchemaError, tool, tool_spec, validate_arguments
@@ -25,6 +25,7 @@ __all__ = [
     "EnvStateError",
     "InfraError",
     "Message",
+    "MissingDependency",
     "Observation",
     "Rubric",
     "Score",

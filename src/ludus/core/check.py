@@ -3,7 +3,8 @@
 It drives an environment through the invariants written down in :mod:`ludus.core.env` and
 says, one line per check, what holds and what does not, so an author learns what is wrong
 before a training run does. Each check builds fresh instances from the factory and is
-isolated: an exception inside one check is that check's failure, never the checker's crash.
+isolated: an exception inside one check is that check's failure, never the checker's crash —
+except :class:`MissingDependency` (a package to install), which stops the check.
 
 Two choices worth knowing:
 
@@ -25,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ludus.core.env import Env, EnvStateError
+from ludus.core.env import Env, EnvStateError, MissingDependency
 from ludus.core.registry import EnvLoadError, factory
 from ludus.core.types import Message, Observation, Score, Status, StepResult, ToolCall, ToolSpec
 
@@ -539,6 +540,8 @@ def _run(check: _Check, ctx: _Context) -> CheckResult:
         note = check.run(ctx)
     except _Failed as exc:
         return CheckResult(check.name, False, str(exc), check.level)
+    except MissingDependency:
+        raise  # a package to install, not a broken contract: the caller says which, once
     except Exception as exc:
         return CheckResult(check.name, False, f"raised {_describe(exc)}", check.level)
     return CheckResult(check.name, True, note or check.what, check.level)

@@ -20,6 +20,7 @@ keeps the episode state and enforces the invariants. :class:`SingleTurnEnv` and
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
 import traceback
@@ -52,6 +53,36 @@ class EnvStateError(RuntimeError):
     """``step`` was called when no episode is running (before ``reset`` or after the end)."""
 
 
+class MissingDependency(ImportError):
+    """An environment needs a package that is not installed; the message names the command that
+    installs it. A setup problem, not a broken environment: commands stop with that one line."""
+
+
+def missing_requirements(requires: Mapping[str, str]) -> dict[str, str]:
+    """The modules of ``requires`` (top-level module -> the command that installs it) that cannot
+    be imported, found without importing them."""
+    missing = {}
+    for module, install in requires.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # ValueError: a module in sys.modules without a spec
+            found = False
+        if not found:
+            missing[module] = install
+    return missing
+
+
+def require(requires: Mapping[str, str], who: str) -> None:
+    """Raise :class:`MissingDependency`, naming the install command, unless every module of
+    ``requires`` can be imported."""
+    missing = missing_requirements(requires)
+    if missing:
+        modules = " and ".join(missing)
+        commands = "; ".join(dict.fromkeys(missing.values()))
+        verb = "is" if len(missing) == 1 else "are"
+        raise MissingDependency(f"{who} needs {modules}, which {verb} not installed: {commands}")
+
+
 @runtime_checkable
 class TaskSource(Protocol):
     """An indexable, deterministic supply of tasks: ``get(i)`` is always the same task.
@@ -64,6 +95,12 @@ class TaskSource(Protocol):
     def get(self, index: int) -> Task: ...
 
 
+def cycled_task(source: TaskSource, index: int) -> Task:
+    """Task ``index`` of a stream that never ends: an endless source's own, or a finite one's
+    ``index mod size`` (a dataset comes round again), so a reader of the stream need not know which."""
+    return source.get(index if source.size is None else index % source.size)
+
+
 class Env(ABC):
     """Base class of every environment. Subclass, set ``name``/``description``, implement the hooks."""
 
@@ -74,6 +111,11 @@ class Env(ABC):
     # True when reset and step are quick pure-Python calls that never block (no I/O, no
     # subprocess): the rollout engine then runs them on its event loop, without a thread hop
     quick: ClassVar[bool] = False
+    # modules this environment needs beyond Ludus's own dependencies (top-level name -> the command
+    # that installs it, e.g. {"playwright": "pip install 'ludus[web]'"}): making one without them
+    # raises MissingDependency, and `ludus envs` marks it. A literal, so `ludus envs` reads it
+    # from the source without importing the environment
+    requires: ClassVar[Mapping[str, str]] = {}
     # the values ``difficulty=`` accepts, easiest first (empty: the environment has no levels);
     # the trainer's adaptive curriculum (train/curriculum.py) moves a run through them
     difficulty_levels: ClassVar[tuple[int, ...]] = ()
@@ -88,6 +130,8 @@ class Env(ABC):
     client_task_answer: ClassVar[JsonTypes] = (str, int, float)
 
     def __init__(self, tasks: TaskSource | None = None):
+        if self.requires:
+            require(self.requires, f"environment {self.name or type(self).__name__!r}")
         self._tasks = tasks
         self.task: Task | None = None
         self.messages: list[Message] = []

@@ -118,6 +118,12 @@ def _family_members() -> tuple[dict[str, EnvEntry], dict[str, str]]:
     return found, missing
 
 
+def unavailable_families() -> dict[str, str]:
+    """Each ``ludus.env_families`` prefix that cannot list its environments, with the reason
+    (what to install)."""
+    return dict(_family_members()[1])
+
+
 def _registered_entry(name: str) -> EnvEntry:
     cls = _registered[name]
     return EnvEntry(name, f"{cls.__module__}:{cls.__qualname__}", "registered")

@@ -31,12 +31,17 @@ registered source that takes one (``"rm:runs/rm"``: a reward model's folder). Wi
 
 Any environment whose grade goes through ``score(task, completion)`` (every ``SingleTurnEnv``
 and ``ToolEnv``) takes a rubric from its configuration: ``env_args: {rubric: [...]}``, where
-the function ``"env"`` is the environment's own grader (see :func:`apply_rubric`).
+the function ``"env"`` is the environment's own grader (see :func:`apply_rubric`). A quick
+environment stays quick only when every criterion says it is (``fn.quick = True``: pure Python
+that returns at once); any other criterion is run on the environment threads, under the step
+time limit, since it may block or hang.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +72,14 @@ class Criterion:
     pass_at: float = 1.0
 
     def __post_init__(self) -> None:
+        # a name becomes a metric (reward/<name>) and a gate refers to it: YAML's bare true/yes/on
+        # would otherwise arrive as a boolean and be logged as reward/True
+        for key, value in (("name", self.name), ("gate", self.gate)):
+            if not (isinstance(value, str) or (key == "gate" and value is None)):
+                raise ValueError(
+                    f"a criterion's {key} must be a string, got {value!r} ({type(value).__name__}); in YAML, "
+                    'quote a name that reads as a boolean or a number (name: "yes")'
+                )
         if not self.name:
             raise ValueError("a criterion needs a name")
         if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
@@ -122,9 +135,10 @@ class Rubric:
                 fn = functions[function]
             else:
                 fn = reward_function(function, options)
+            name = item.get("name")
             criteria.append(
                 Criterion(
-                    str(item.get("name") or _default_name(function)),
+                    _default_name(function) if name is None or name == "" else name,
                     fn,
                     float(item.get("weight", 1.0)),
                     item.get("gate"),
@@ -187,7 +201,7 @@ def reward_function(name: str, options: Mapping[str, Any] | None = None) -> Rewa
     """The reward function ``name`` gives: ``"module:attr"``, a name registered under the
     ``ludus.rewards`` entry-point group, or ``"source:ARGUMENT"`` for a registered factory. With
     an argument or ``options``, the object named is a factory called with them."""
-    registered = {ep.name: ep.value for ep in entry_points(group=REWARDS_GROUP)}
+    registered = _registered_rewards(tuple(sys.path))
     source, colon, argument = name.partition(":")
     args: tuple[Any, ...] = ()
     if colon and source in registered:
@@ -220,10 +234,18 @@ def reward_function(name: str, options: Mapping[str, Any] | None = None) -> Rewa
     return fn
 
 
+@functools.lru_cache(maxsize=8)
+def _registered_rewards(search_path: tuple[str, ...]) -> dict[str, str]:
+    """The ``ludus.rewards`` entry points (name -> target) of the packages on ``sys.path``, read
+    once per value of it (``search_path``), not per rubric: scanning every installed package costs
+    tens of milliseconds, and an environment with a rubric builds it once per episode."""
+    return {ep.name: ep.value for ep in entry_points(group=REWARDS_GROUP)}
+
+
 def _default_name(function: str) -> str:
     """``"pkg.mod:fn"`` -> ``"fn"``; ``"rm:runs/rm"`` (a registered source) -> ``"rm"``; ``"judge"`` -> ``"judge"``."""
     source, colon, rest = function.partition(":")
-    if not colon or any(ep.name == source for ep in entry_points(group=REWARDS_GROUP)):
+    if not colon or source in _registered_rewards(tuple(sys.path)):
         return source
     return rest or function
 

@@ -63,7 +63,7 @@ class Layout:
         options = (" --split eval" if split == "eval" else "") + (
             f" --format {self.format}" if self.format != "trl" else ""
         )
-        return f"`ludus export {env}{options} -o FILE.parquet`"
+        return f"`ludus export {env}{options} -n N -o FILE.parquet`"  # -n: an endless split needs it
 
 
 TRL_LAYOUT = Layout(dict(zip(FIELDS, COLUMNS, strict=True)), "trl")

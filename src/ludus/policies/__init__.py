@@ -11,7 +11,8 @@ from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams,
 __all__ = ["Completion", "Policy", "PolicyError", "SamplingParams", "TrainablePolicy", "load_policy"]
 
 SPEC_HELP = (
-    "'tiny' (a fresh embedded model), a folder saved by ludus (tiny or transformers), "
+    "'tiny' (a fresh embedded model), a folder saved by ludus (tiny or transformers: a training run's final/ "
+    "or checkpoints/step_NNNNNN/), "
     "'hf:PATH' (a transformers checkpoint folder), or 'http(s)://HOST/v1' with model=... "
     "(an OpenAI-compatible server such as vLLM)"
 )
@@ -56,4 +57,9 @@ def load_policy(spec: str, **options: Any) -> Policy:
         from ludus.policies.hf import HFPolicy  # noqa: PLC0415
 
         return HFPolicy.load(folder, **options)
+    if (folder / "config.yaml").is_file():
+        raise ValueError(
+            f"{spec} is a training run's folder: its model is {folder / 'final'} (or a checkpoint, "
+            f"{folder / 'checkpoints' / 'step_NNNNNN'})"
+        )
     raise ValueError(f"cannot load a policy from {spec!r}: expected {SPEC_HELP}")

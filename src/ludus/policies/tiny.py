@@ -122,6 +122,57 @@ class TinyTransformer(nn.Module):
         return self.ln_f(x) @ self.tok.weight.T, new_cache
 
 
+# ---- a saved model is a GPT-2 for transformers ------------------------------------------------
+# The tiny model is GPT-2's architecture (pre-norm blocks, learned positions, exact GELU, tied
+# output weights), so a saved folder is also one transformers reads as ``GPT2LMHeadModel``: its
+# config.json holds GPT-2's fields beside ours, its weights GPT-2's names. The tokenizer is not
+# there: ids are UTF-8 bytes, then PAD, BOS and EOS (``ByteTokenizer``).
+WEIGHTS = "pytorch_model.bin"
+GPT2_LAYER = {
+    "ln1": "ln_1",
+    "qkv": "attn.c_attn",
+    "proj": "attn.c_proj",
+    "ln2": "ln_2",
+    "mlp.0": "mlp.c_fc",
+    "mlp.2": "mlp.c_proj",
+}
+
+
+def gpt2_config(cfg: TinyConfig) -> dict[str, object]:
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.n_layers,
+        "n_head": cfg.n_heads,
+        "n_positions": cfg.max_len,
+        "activation_function": "gelu",  # nn.GELU(): exact, not GPT-2's tanh approximation
+        "layer_norm_epsilon": 1e-5,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "tie_word_embeddings": True,
+        "pad_token_id": PAD,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+    }
+
+
+def gpt2_names(cfg: TinyConfig) -> list[tuple[str, str, bool]]:
+    """(our parameter, GPT-2's, transposed): GPT-2's ``Conv1D`` keeps a linear weight as [in, out]."""
+    names = [
+        ("tok.weight", "transformer.wte.weight", False),
+        ("pos.weight", "transformer.wpe.weight", False),
+        ("ln_f.weight", "transformer.ln_f.weight", False),
+        ("ln_f.bias", "transformer.ln_f.bias", False),
+    ]
+    for i in range(cfg.n_layers):
+        for ours, theirs in GPT2_LAYER.items():
+            names.append((f"blocks.{i}.{ours}.weight", f"transformer.h.{i}.{theirs}.weight", not ours.startswith("ln")))
+            names.append((f"blocks.{i}.{ours}.bias", f"transformer.h.{i}.{theirs}.bias", False))
+    return names
+
+
 class TinyPolicy(TrainablePolicy):
     """The embedded default model behind the :class:`TrainablePolicy` interface."""
 
@@ -200,8 +251,9 @@ class TinyPolicy(TrainablePolicy):
         if prompt_tokens + completion_tokens > self.config.max_len:
             raise ValueError(
                 f"a prompt of {prompt_tokens} tokens plus {completion_tokens} completion tokens exceeds the tiny "
-                f"model's context of {self.config.max_len}; shorten the prompt, lower max_tokens or raise "
-                "max_len (e.g. --tiny '{max_len: 512}')"
+                f"model's context of {self.config.max_len}; shorten the prompt, lower max_tokens or start from a "
+                "model with a longer context (`ludus train --tiny '{max_len: 512}'`, `ludus eval --model-args "
+                "'{max_len: 512}'`; a saved model keeps the context it was made with)"
             )
 
     def token_logprobs(
@@ -230,10 +282,19 @@ class TinyPolicy(TrainablePolicy):
         return logp, entropy
 
     def save(self, path: str | Path) -> None:
+        """A folder ``load`` reads, and transformers too (as GPT-2; see :data:`WEIGHTS`)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        (path / "config.json").write_text(json.dumps({"kind": "tiny", **asdict(self.config)}, indent=2))
-        torch.save(self.module.state_dict(), path / "model.pt")
+        config = {"kind": "tiny", **asdict(self.config), **gpt2_config(self.config)}
+        (path / "config.json").write_text(json.dumps(config, indent=2))
+        state = self.module.state_dict()
+        torch.save(
+            {
+                theirs: state[ours].t().contiguous() if flip else state[ours]
+                for ours, theirs, flip in gpt2_names(self.config)
+            },
+            path / WEIGHTS,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> TinyPolicy:
@@ -242,8 +303,14 @@ class TinyPolicy(TrainablePolicy):
             cfg = json.loads((path / "config.json").read_text())
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"{path} is not a saved tiny model: it has no config.json") from exc
-        if cfg.pop("kind", None) != "tiny":
+        if cfg.get("kind") != "tiny":
             raise ValueError(f"{path / 'config.json'} does not describe a tiny model (kind != 'tiny')")
-        policy = cls(TinyConfig(**cfg))
-        policy.module.load_state_dict(torch.load(path / "model.pt", weights_only=True))
+        policy = cls(TinyConfig(**{name: cfg[name] for name in TinyConfig.__dataclass_fields__}))
+        if not (path / WEIGHTS).is_file():  # saved before tiny folders were GPT-2 folders (cached base models too)
+            policy.module.load_state_dict(torch.load(path / "model.pt", weights_only=True))
+            return policy
+        saved = torch.load(path / WEIGHTS, weights_only=True)
+        policy.module.load_state_dict(
+            {ours: saved[theirs].t() if flip else saved[theirs] for ours, theirs, flip in gpt2_names(policy.config)}
+        )
         return policy

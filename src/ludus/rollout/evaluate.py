@@ -57,6 +57,7 @@ class Summary:
     best_of_n: float
     infra_errors: int
     statuses: dict[str, int]
+    infra_reason: str = ""  # the commonest reason among the infra errors: why samples could not be graded
     categories: dict[str, dict[str, float]] = field(default_factory=dict)
     # what environments counted over every sample (tool_calls, tool_errors, tool_cache_hits, …): totals
     env_counts: dict[str, float] = field(default_factory=dict)
@@ -118,9 +119,20 @@ def summarize(trajectories: Sequence[Trajectory], ks: Sequence[int] = (1,)) -> S
         best_of_n=overall["best_of_n"],
         infra_errors=statuses.get(Status.INFRA_ERROR, 0),
         statuses=dict(statuses),
+        infra_reason=infra_reason(trajectories),
         categories=categories,
         env_counts=env_counts(trajectories),
     )
+
+
+def infra_reason(trajectories: Sequence[Trajectory]) -> str:
+    """The commonest reason among the trajectories' infrastructure failures ("" without any)."""
+    reasons = Counter(
+        t.score.reason if t.score is not None else "no score"
+        for t in trajectories
+        if t.score is None or t.score.is_infra_error
+    )
+    return reasons.most_common(1)[0][0] if reasons else ""
 
 
 def env_counts(trajectories: Sequence[Trajectory]) -> dict[str, float]:

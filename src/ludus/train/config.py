@@ -69,7 +69,8 @@ class TrainConfig:
     ray_address: str = ""
     ray_actors: int = 2
     # model: "tiny" (the embedded model, warm-started into a cached base), a folder saved by ludus (tiny or
-    # transformers, e.g. a run's final/) or "hf:PATH" (a local transformers checkpoint; see docs/models.md).
+    # transformers, e.g. a run's final/ or checkpoints/step_NNNNNN/) or "hf:PATH" (a local transformers
+    # checkpoint; see docs/models.md).
     # The RL defaults below are tuned for tiny: a pretrained model wants a far smaller lr (around 1e-6).
     model: str = "tiny"
     # options for loading a transformers model (model: hf:PATH or a saved transformers folder), e.g.
@@ -344,8 +345,9 @@ class TrainConfig:
         folder = Path(self.model.removeprefix("hf:"))
         if not (folder / "config.json").is_file():
             raise ConfigError(
-                f"config field 'model' must be 'tiny', a folder saved by ludus or hf:PATH (a local transformers "
-                f"checkpoint); {str(folder)!r} is not such a folder (no config.json there)"
+                f"config field 'model' must be 'tiny', a folder saved by ludus (a run's final/ or "
+                f"checkpoints/step_NNNNNN/) or hf:PATH (a local transformers checkpoint); {str(folder)!r} is not "
+                "such a folder (no config.json there)"
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ludus.core import registry
-from ludus.core.env import Env, TaskSource
+from ludus.core.env import Env, TaskSource, cycled_task
 from ludus.core.types import Task, Trajectory
 from ludus.train.config import ConfigError, TrainConfig
 
@@ -67,7 +67,7 @@ class Arm:
 
     def task(self, index: int) -> Task:
         """Task ``index`` of the arm's training stream (a finite dataset comes round again)."""
-        return self.train.get(index if self.train.size is None else index % self.train.size)
+        return cycled_task(self.train, index)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
     config.yaml        the run's whole TrainConfig (``ludus train --resume`` reads it back)
     metrics.jsonl      one line per step and per evaluation (schema: docs/metrics.md)
     samples.jsonl      a few whole trajectories per step
-    checkpoints/step_NNNNNN/   policy weights, trainer state (torch) and state.json
+    checkpoints/step_NNNNNN/   the policy as a model folder (what `final/` holds), trainer state
+                       (torch) and state.json: `--model` and `from_pretrained` read it as it is
     final/             the policy at the end
     reward.png         training reward and held-out accuracy
 

@@ -14,35 +14,42 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ludus.core.cache import cache_dir
-from ludus.core.env import Env
+from ludus.core.env import Env, cycled_task
 from ludus.core.types import Message
 from ludus.policies.base import TrainablePolicy
-from ludus.policies.tiny import TinyConfig, TinyPolicy
+from ludus.policies.tiny import ByteTokenizer, TinyConfig, TinyPolicy
 from ludus.train.config import ConfigError, TrainConfig
 
-WARMSTART_TASK_OFFSET = 10_000_000  # warm-start draws from a different part of the train stream than RL
+if TYPE_CHECKING:
+    from ludus.train.curriculum import Arm
+
+# the warm start reads an endless train stream from here on, a part RL does not reach; a finite
+# train split (a task file) it reads round and round from wherever this falls in it
+WARMSTART_TASK_OFFSET = 10_000_000
 
 
 def reference_batch(envs: Env | Sequence[Env], indices: range) -> tuple[list[list[Message]], list[str]]:
     """Prompts (as the policy's conversations) and reference replies for train tasks ``indices``;
     with several environments (a mixture, a curriculum's levels) task ``i`` comes from the
-    ``i mod n``-th, so every batch shows them all."""
+    ``i mod n``-th, so every batch shows them all. Only the train split is read: the warm start
+    never sees a held-out task."""
     envs = [envs] if isinstance(envs, Env) else list(envs)
     sources = [env.task_source("train") for env in envs]
     conversations, replies = [], []
     for i in indices:
         env = envs[i % len(envs)]
-        task = sources[i % len(envs)].get(i // len(envs))
+        task = cycled_task(sources[i % len(envs)], i // len(envs))
         reply = env.reference(task)
         if reply is None:
             raise ValueError(
@@ -53,6 +60,78 @@ def reference_batch(envs: Env | Sequence[Env], indices: range) -> tuple[list[lis
         conversations.append(obs.messages)
         replies.append(reply)
     return conversations, replies
+
+
+CONTEXT_SAMPLE = 32  # tasks of each split, and warm-start reference answers, that size the context
+AUTO_CONTEXT_MAX = 512  # the longest context chosen unasked: past it a warm start on a CPU takes hours
+
+
+def fit_context(config: TrainConfig, arms: Iterable[Arm], warmstart: Sequence[Env], log: Callable[[str], None]) -> bool:
+    """Fit the embedded model's context (``tiny.max_len``) to the run's prompts and replies before
+    anything is generated: the default 64 tokens hold the default recipe's sums, not a task file's
+    problems or an SQL schema. Unset, it is sized from the first tasks with a quarter to spare, up to
+    ``AUTO_CONTEXT_MAX``; set, it is checked. Either failing is a :class:`ConfigError` that names
+    the value to set. Returns whether it set ``max_len``: the config has changed."""
+    if config.model != "tiny":
+        return False
+    default, given = TinyConfig().max_len, config.tiny.get("max_len")
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+        raise ConfigError(f"config field 'tiny': max_len must be a positive integer, got {given!r}")
+    needed, longest = context_needed(config, arms, warmstart)
+    fitting = max(default, 1 << math.ceil(math.log2(max(needed, 1) * 1.25)))
+    advice = f"set tiny: {{max_len: {fitting}}} (`ludus train --tiny '{{max_len: {fitting}}}'`)"
+    if given is not None:
+        if given < needed:
+            raise ConfigError(f"config field 'tiny': max_len {given} cannot hold {longest}; {advice}")
+        return False
+    if needed <= default:
+        return False
+    if needed > AUTO_CONTEXT_MAX:
+        raise ConfigError(
+            f"the embedded model's context ({default} tokens) cannot hold {longest}, and Ludus lengthens it by "
+            f"itself only up to {AUTO_CONTEXT_MAX} tokens (a longer one makes the warm start take hours on a CPU): "
+            f"{advice} to train it anyway, or train a transformers model (model: hf:PATH, docs/models.md)"
+        )
+    config.tiny = {**config.tiny, "max_len": min(fitting, AUTO_CONTEXT_MAX)}
+    log(
+        f"the embedded model's context is {config.tiny['max_len']} tokens, sized to hold {longest}; tiny: max_len sets it"
+    )
+    return True
+
+
+def context_needed(config: TrainConfig, arms: Iterable[Arm], warmstart: Sequence[Env]) -> tuple[int, str]:
+    """The most tokens one sequence of the run takes as far as the first ``CONTEXT_SAMPLE`` tasks
+    of each arm's splits (a prompt and ``max_tokens``) and of the warm start (a prompt and its
+    reference answer) show, and what it was. A multi-turn episode's later turns are longer still:
+    what they add (tool results) is not known before they are played."""
+    tokenizer = ByteTokenizer()
+    longest = (0, "")
+
+    def measure(prompt: list[Message], reply: int, what: str) -> None:
+        nonlocal longest
+        tokens = len(tokenizer.render(prompt))
+        if tokens + reply > longest[0]:
+            longest = (tokens + reply, f"{what} ({tokens} prompt + {reply} reply tokens)")
+
+    for arm in arms:
+        env = arm.env()
+        try:
+            held_out = arm.eval_tasks[:CONTEXT_SAMPLE]
+            for seed in range(CONTEXT_SAMPLE + len(held_out)):
+                try:
+                    task = arm.task(seed) if seed < CONTEXT_SAMPLE else held_out[seed - CONTEXT_SAMPLE]
+                    messages = env.reset(task, seed=seed).messages
+                except Exception:  # noqa: BLE001, S112 - a task that cannot be read or started: the run reports it
+                    continue
+                measure(messages, config.max_tokens, f"{arm.key}'s prompts with max_tokens {config.max_tokens}")
+        finally:
+            env.close()
+    if warmstart:
+        start = WARMSTART_TASK_OFFSET
+        conversations, replies = reference_batch(warmstart, range(start, start + CONTEXT_SAMPLE))
+        for conversation, reply in zip(conversations, replies, strict=True):
+            measure(conversation, len(tokenizer.encode(reply)) + 1, "a warm-start reference answer")
+    return longest
 
 
 def supervised_steps(

@@ -62,7 +62,7 @@ from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
 from ludus.train.run_folder import CHECKPOINT_PREFIX, RunFolder
 from ludus.train.sampler import AheadSampler, StreamPosition
-from ludus.train.supervised import base_policy
+from ludus.train.supervised import base_policy, fit_context
 
 if TYPE_CHECKING:
     from ludus.rewards.judge import Judge
@@ -343,13 +343,18 @@ class Trainer:
                     on_metrics(record)
 
             def run_eval() -> None:
-                record = {"step": step, "elapsed_s": round(elapsed, 3), **self._evaluate()}
+                record = {"step": step, "elapsed_s": round(elapsed, 3), **self._evaluate(step)}
                 curve.append((step, elapsed, record["eval/accuracy"]))
                 emit(record)
                 self.folder.plot()
 
             if not curve or curve[-1][0] != step:
-                run_eval()
+                try:
+                    run_eval()
+                except TrainingHalted:
+                    if not self.resume:  # nothing was trained: like a run whose start failed, no folder
+                        self.folder.discard()
+                    raise
             if c.max_staleness > 0:
                 self.sampler = AheadSampler(
                     self.learner.policy,
@@ -469,6 +474,8 @@ class Trainer:
         self.picker = build_picker(c, self.env_factory)
         envs = warmstart_envs(c, self.picker, self.env_factory)
         try:
+            if fit_context(c, self.picker.arms.values(), envs, self.log):
+                self.folder.write_config(c)  # a resumed run reads the context back
             policy = load_trainable(c, envs, self.log)
         finally:
             for env in envs:
@@ -512,12 +519,15 @@ class Trainer:
         self.next_group = int(state.get("next_group", step * self.config.prompts_per_step))
         return step, elapsed, StreamPosition(step, self.next_group, tuple(state.get("unconsumed_groups", ())))
 
-    def _evaluate(self) -> dict[str, float]:
+    def _evaluate(self, step: int) -> dict[str, float]:
         """Greedy decoding on every arm's held-out tasks (rollout.evaluate's summary). With several
         arms each is reported as ``eval/<arm>/…``, and ``eval/accuracy`` is the mean over the
-        environments of each one's target: its only arm, or a curriculum's hardest level."""
+        environments of each one's target: its only arm, or a curriculum's hardest level. An
+        evaluation that could grade no sample at all measured nothing: ``TrainingHalted``, never
+        an accuracy of 0 (an arm of several that graded nothing is logged)."""
         self.learner.policy.module.eval()
         per_arm: dict[str, dict[str, float]] = {}
+        ungraded: dict[str, str] = {}  # arms that graded no sample: why
         for key, arm in self.picker.arms.items():
             size = max(1, len(arm.eval_tasks))  # greedy, every task in one lockstep batch
             # an ahead sampler may sample training replies meanwhile: only those count in rollout/*
@@ -535,6 +545,15 @@ class Trainer:
                 "reward": summary.mean_reward,
                 "infra_errors": summary.infra_errors,
             }
+            if summary.samples == 0 and summary.infra_errors:
+                ungraded[key] = summary.infra_reason
+        if len(ungraded) == len(per_arm):
+            raise TrainingHalted(
+                f"the held-out evaluation at step {step} could not grade any of its samples (every one an "
+                f"infra_error): {next(iter(ungraded.values()))}"
+            )
+        for key, reason in ungraded.items():
+            self.log(f"the held-out evaluation of {key} at step {step} graded no sample (infra_error): {reason}")
         targets = [per_arm[ladder.arms[-1].key] for ladder in self.picker.ladders]
         record = {
             "eval/accuracy": round(sum(t["accuracy"] for t in targets) / len(targets), 4),
@@ -722,11 +741,12 @@ class Trainer:
         return ResumePoint(step, self.updates, state, rngs)
 
     def _save_checkpoint(self, point: ResumePoint) -> None:
-        """The weights, optimizer and reference as they are, with ``point``'s state and RNGs."""
+        """The weights, optimizer and reference as they are, with ``point``'s state and RNGs. The
+        weights are saved as the policy saves a model, so that a checkpoint folder is a model folder."""
         learner = self.learner
 
         def write(folder: Path) -> None:
-            learner.policy.save(folder / "policy")
+            learner.policy.save(folder)
             torch.save(
                 {
                     "optimizer": learner.optimizer.state_dict(),
@@ -740,7 +760,9 @@ class Trainer:
 
     def _load_checkpoint(self, path: Path) -> dict[str, Any]:
         learner = self.learner
-        saved = type(learner.policy).load(path / "policy")
+        # checkpoints written before a checkpoint folder was itself the model kept it in policy/
+        weights = path / "policy" if (path / "policy").is_dir() else path
+        saved = type(learner.policy).load(weights)
         learner.policy.module.load_state_dict(saved.module.state_dict())
         blob = torch.load(path / "trainer.pt", weights_only=False)
         learner.optimizer.load_state_dict(blob["optimizer"])

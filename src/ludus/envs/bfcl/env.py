@@ -77,6 +77,9 @@ class BFCLEnv(Env):
     # no tasks from clients: the matcher pairs a reply's calls with the gold's in every order,
     # which a client's gold of a dozen parallel calls turns into hours of a server thread
     client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = None
+    requires: ClassVar[Mapping[str, str]] = {
+        "bfcl_eval": "pip install --no-deps bfcl-eval==2026.3.23 (or pass path= a folder of BFCL's JSON files)"
+    }
 
     def __init__(
         self,
@@ -85,6 +88,8 @@ class BFCLEnv(Env):
         path: str | Path | None = None,
         eval_fraction: float = 0.2,
     ):
+        if path is not None:
+            self.requires = {}  # type: ignore[misc]  # a folder of BFCL's files stands in for the wheel (its data is all we read)
         super().__init__(tasks)
         categories = list(SINGLE_TURN) if category == "all_single" else [category]
         self.items = [t for c in categories for t in load_category(c, path)]

@@ -215,6 +215,8 @@ class BFCLMultiTurnEnv(Env):
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     # at most 8 user turns, each of at most MAX_STEPS_PER_TURN + 1 steps with calls and one without
     max_turns = 8 * (MAX_STEPS_PER_TURN + 2)
+    # BFCL's API simulators are its code: a folder of its data (path=) does not replace the wheel
+    requires: ClassVar[Mapping[str, str]] = {"bfcl_eval": "pip install --no-deps bfcl-eval==2026.3.23"}
 
     def __init__(
         self,

@@ -101,6 +101,8 @@ class CodeEnv(SingleTurnEnv):
     def reference(self, task: Task) -> str | None:
         answer = task.answer if isinstance(task.answer, dict) else {}
         solution = answer.get("canonical_solution")
+        if solution is None and answer.get("format") == "mbpp":  # MBPP keeps its reference solution in code
+            solution = answer.get("code")
         if solution is None and isinstance(answer.get("solutions"), str):  # APPS: a JSON list of solutions
             try:
                 solutions = json.loads(answer["solutions"])

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
+from ludus.core.env import require
 from ludus.core.types import InfraError
 from ludus.envs.web.server import App, LoopbackServer
 from ludus.sandbox.load import TreeClock, backstop_s, children
@@ -400,11 +401,8 @@ class BrowserService:
         """``contexts_per_browser``: episodes per Chromium process before another starts;
         ``warm_pages``: fresh contexts kept ready, so a reset does not wait for one."""
         self.contexts_per_browser, self.warm_pages = contexts_per_browser, warm_pages
+        require({"playwright": "pip install 'ludus[web]'"}, "web environments")  # here, not deep in a thread
         self.executable = find_chromium()
-        try:
-            import playwright.async_api  # noqa: F401 - fail here, with the fix, not deep in a thread
-        except ImportError:
-            raise RuntimeError("web environments need Playwright: pip install 'ludus[web]'") from None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="ludus-browser")
         self._thread.start()

@@ -44,6 +44,7 @@ class BrowserEnv(ToolEnv):
         "something, end with finish() once it is done."
     )
     redteam_kinds: ClassVar[set[str]] = {"tools", "answer"}
+    requires: ClassVar[Mapping[str, str]] = {"playwright": "pip install 'ludus[web]'"}
     tag_text: ClassVar[bool] = False  # ids on plain text too (MiniWoB clicks on words)
     unmetered_tools = frozenset({"answer", "finish"})  # the action budget never stops the model from ending
 
@@ -107,9 +108,14 @@ class BrowserEnv(ToolEnv):
         return self._service
 
     def _call(self, coro: Any) -> Any:
+        try:
+            service = self.service
+        except BaseException:
+            coro.close()  # never scheduled (no browser could start): closed, not left un-awaited
+            raise
         # a bound on the browser's answer, past the start page's wait (the longest inside): every
         # action has its own time limit inside
-        return self.service.run(coro, backstop_s(2 * self.action_timeout_s) + 30)
+        return service.run(coro, backstop_s(2 * self.action_timeout_s) + 30)
 
     def begin(self, task: Task) -> Observation:
         self.close()

@@ -485,16 +485,20 @@ class MiniWoBEnv(BrowserEnv):
     tag_text = True
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     honeypot_penalty = 0.0  # MiniWoB has no honeypots; the range must still hold the penalty
+    requires: ClassVar[Mapping[str, str]] = {
+        "playwright": "pip install 'ludus[web]'",
+        "miniwob": "pip install 'ludus[web]'",
+    }
 
     def __init__(self, tasks: TaskSource | None = None, *, names: Sequence[str] | None = None, **browser: Any):
         """``names``: the tasks to cycle through (default: every supported one); ``browser``:
         :class:`BrowserEnv`'s limits."""
+        super().__init__(tasks, **browser)  # first: it says what to install when a package is missing
         self.root = html_root()
         chosen = tuple(names) if names is not None else SUPPORTED
         if not chosen:
             raise ValueError("names must list at least one MiniWoB++ task")
         self.names = tuple(_check_name(n) for n in chosen)
-        super().__init__(tasks, **browser)
         self.goal = ""
 
     @classmethod
