@@ -448,6 +448,10 @@ def test_ludus_eval_resume_refuses_a_run_without_a_record_or_a_name(tmp_path, ca
         main(["eval", "arithmetic", "--runs", str(tmp_path), "--name", "old", "--model", "nothing", "--tasks", "2"])
         == 0
     )
+    for broken in ("{not json", '{"env": "arithmetic"}', "[1, 2]"):  # a damaged record: refused, no traceback
+        (tmp_path / "old" / "eval.json").write_text(broken)
+        assert main(["eval", "arithmetic", "--runs", str(tmp_path), "--name", "old", "--resume"]) == 2
+        assert "is not a record of an evaluation's settings" in capsys.readouterr().err
     (tmp_path / "old" / "eval.json").unlink()  # a run folder from before runs recorded their settings
     assert main(["eval", "arithmetic", "--runs", str(tmp_path), "--name", "old", "--resume"]) == 2
     assert "no record of the model and settings" in capsys.readouterr().err

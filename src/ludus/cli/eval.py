@@ -245,7 +245,12 @@ def run_settings(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     tasks = {} if args.tasks is None else {"tasks": args.tasks}
     path = run_dir / RECORD
     if args.resume and path.is_file():
-        recorded = json.loads(path.read_text())
+        try:
+            recorded = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            recorded = None
+        if not isinstance(recorded, dict) or not set(RUN_SETTINGS) <= set(recorded):
+            raise ValueError(f"{path} is not a record of an evaluation's settings: evaluate under a new --name")
         changed = [name for name in RUN_SETTINGS if name in given and given[name] != recorded[name]]
         if changed:
             said = ", ".join(f"{flag(n)} {shown(recorded[n])} (this command: {shown(given[n])})" for n in changed)
