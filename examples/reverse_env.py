@@ -39,7 +39,7 @@ class ReverseEnv(SingleTurnEnv):
 
 
 if __name__ == "__main__":
-    from ludus.core.check import check_env, format_report
+    from ludus.certify import check_env, format_report
 
     print(format_report(check_env(ReverseEnv, name="reverse")))
     env = ReverseEnv()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +56,19 @@ BARE_TEMPLATE = (
 )
 
 
-def build_hf_checkpoint(folder: Path, context: int = 256, head_dim: int = 8) -> Path:
+def build_hf_checkpoint(folder: Path, context: int = 256, head_dim: int = 8, texts: Sequence[str] = ()) -> Path:
     """A randomly initialised 2-layer Llama and a byte-level BPE tokenizer with a chat template
     that renders tools and tool calls, saved to ``folder``: a real transformers checkpoint
-    made without any download. Four heads of ``head_dim`` (vLLM's CPU attention needs 32 or more)."""
+    made without any download. Four heads of ``head_dim`` (vLLM's CPU attention needs 32 or more).
+    ``texts``: more for the tokenizer to learn from (up to 1,024 tokens), so that prompts made of
+    such text (tool schemas) take a few hundred positions rather than one per character."""
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     bpe.train_from_iterator(
-        CORPUS,
+        [*CORPUS, *texts],
         trainers.BpeTrainer(
-            vocab_size=320,
+            vocab_size=1024 if texts else 320,
             special_tokens=["<pad>", "<s>", "</s>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,

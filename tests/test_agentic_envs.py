@@ -42,7 +42,16 @@ def agentic(request) -> tuple[str, str, dict]:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    return build_hf_checkpoint(tmp_path_factory.mktemp("hf") / "model", context=4096)
+    """A transformers checkpoint whose tokenizer learnt the environments' tool schemas: the prompts,
+    mostly those schemas, then take a few hundred positions rather than one per character (3,300
+    for web), which attention pays for quadratically in every update."""
+    schemas = []
+    for name, args in AGENTIC.values():
+        if args.get("engine") != "postgres":  # sql's tools, as on SQLite
+            env = env_class(name)(**args)
+            schemas += [json.dumps(tool.to_openai()["function"]) for tool in env.tools()]
+            env.close()
+    return build_hf_checkpoint(tmp_path_factory.mktemp("hf") / "model", context=4096, texts=schemas)
 
 
 def _tasks(name: str, args: dict, n: int = 3):

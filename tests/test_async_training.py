@@ -195,7 +195,7 @@ def test_sampler_keeps_the_bound_with_real_threads_and_replays_what_a_checkpoint
     first.start()
     try:
         for step in range(6):
-            groups = [group for _, group in first.take(step, timeout_s=60)]
+            groups = [group for _, group in first.take(step, timeout_s=60).kept]
             assert len(groups) == per_step and all(len(g) == size for g in groups)
             for group in groups:
                 assert len({t.info["group"] for t in group}) == 1
@@ -217,7 +217,7 @@ def test_sampler_keeps_the_bound_with_real_threads_and_replays_what_a_checkpoint
     second.start()
     try:
         for step in range(6, 9):
-            trained += [int(g[0].info["group"]) for _, g in second.take(step, timeout_s=60)]
+            trained += [int(g[0].info["group"]) for _, g in second.take(step, timeout_s=60).kept]
             policy.version = step + 1
             second.advance(policy)
     finally:

@@ -17,12 +17,12 @@ from support import package_without_dependencies
 
 package_without_dependencies("bfcl-eval==2026.3.23", "bfcl_eval")
 
-from ludus.core.check import check_env, format_report  # noqa: E402
+from ludus.certify.contract import check_env, format_report  # noqa: E402
+from ludus.certify.redteam import format_redteam, redteam_env  # noqa: E402
 from ludus.core.types import Message, ToolCall  # noqa: E402
 from ludus.envs.bfcl import BFCLMultiTurnEnv  # noqa: E402
 from ludus.envs.bfcl.data import FUNC_DOC_FILES, MULTI_TURN, load_multi_turn  # noqa: E402
 from ludus.envs.bfcl.multi_turn import MAX_STEPS_PER_TURN, parse_call  # noqa: E402
-from ludus.rollout.redteam import format_redteam, redteam_env  # noqa: E402
 
 Turns = list[list[list[ToolCall]]]  # per user turn, per step, the calls of one assistant message
 

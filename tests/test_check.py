@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ludus.core.check import CheckReport, check_env, check_env_by_name, format_report, malformed_actions
+from ludus.certify.contract import CheckReport, check_env, check_env_by_name, format_report, malformed_actions
 from ludus.core.env import EnvStateError, SingleTurnEnv, ToolEnv
 from ludus.core.registry import UnknownEnvError
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec

@@ -578,7 +578,7 @@ def test_cli_doctor_reports_bubblewrap(capsys):
 
 @pytest.mark.parametrize("name", ["code", "code-tools"])
 def test_code_environments_meet_the_contract(name):
-    from ludus.core.check import check_env_by_name, format_report
+    from ludus.certify.contract import check_env_by_name, format_report
 
     report = check_env_by_name(name, backend="bwrap", workers=2)
     assert report.ok, format_report(report)

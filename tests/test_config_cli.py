@@ -68,6 +68,72 @@ def test_default_env_args_do_not_follow_another_env():
     assert load_config().env_args == TrainConfig().env_args
 
 
+# ---- every rule of a training config is in TrainConfig.validate --------------------------------
+SERVER = "http://127.0.0.1:8000/v1"
+
+
+def test_validate_refuses_env_and_envs_together():
+    with pytest.raises(ConfigError, match="'env'/'env_args' and 'envs' both name the run's environments"):
+        TrainConfig(env="countdown", env_args={}, envs=[{"name": "sorting"}]).validate()
+    with pytest.raises(ConfigError, match="'env'/'env_args' and 'envs'"):
+        TrainConfig(env_args={"digits": 3}, envs=[{"name": "sorting"}]).validate()
+    TrainConfig(envs=[{"name": "sorting"}]).validate()  # env and env_args left at their defaults
+
+
+@pytest.fixture
+def model_folders(tmp_path):
+    """A tiny model saved by ludus, and a transformers checkpoint's config.json (all that
+    validate reads: it tells a folder's kind without loading weights)."""
+    from ludus.policies import load_policy
+
+    tiny = tmp_path / "tiny"
+    load_policy("tiny", d_model=16, n_layers=1, n_heads=2, max_len=16).save(tiny)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    return tiny, checkpoint
+
+
+def test_validate_refuses_a_rollout_server_for_a_tiny_model_saved_or_not(model_folders):
+    tiny, checkpoint = model_folders
+    for model in ["tiny", str(tiny)]:
+        message = (
+            f"'rollout_server' needs a transformers model .*hf:PATH.*model is {re.escape(repr(model))}, the embedded"
+        )
+        with pytest.raises(ConfigError, match=message):
+            TrainConfig(model=model, rollout_server=SERVER).validate()
+    # hf:PATH is a transformers model by its name (a tiny folder is one too: it is saved as GPT-2)
+    for model in [f"hf:{checkpoint}", str(checkpoint), f"hf:{tiny}"]:
+        TrainConfig(model=model, rollout_server=SERVER).validate()
+    with pytest.raises(ConfigError, match="'model' is 'http://.*a model server"):
+        TrainConfig(model=SERVER, rollout_server=SERVER).validate()
+    (checkpoint / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"config field 'model' \(.*not a model's configuration \(a JSON object\)"):
+        TrainConfig(model=str(checkpoint), rollout_server=SERVER).validate()
+
+
+CHECK = """import json, sys
+from ludus.train.config import ConfigError, load_config
+errors = []
+for model in sys.argv[1:]:
+    try:
+        load_config(overrides={"model": model, "rollout_server": "http://127.0.0.1:8000/v1"})
+    except ConfigError as exc:
+        errors.append(str(exc))
+print(json.dumps({"errors": errors, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_checking_a_rollout_servers_model_imports_no_torch(model_folders):
+    tiny, checkpoint = model_folders
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK, str(tiny), str(checkpoint)], capture_output=True, text=True, check=True
+    )
+    result = json.loads(done.stdout)
+    assert len(result["errors"]) == 1 and "the embedded tiny model" in result["errors"][0]
+    assert result["torch"] is False
+
+
 # ---- one syntax for the flags that take keyword arguments ---------------------------------------
 ARITHMETIC = "{digits: 1, ops: '+'}"  # YAML, not JSON: every command reads it the same way
 

@@ -53,7 +53,8 @@ DATA = {"yaml": yaml.safe_load, "json": json_or_lines, "jsonl": json_or_lines, "
 ACTIONS = {"skip", "output", "file", "continue", "shorten", "exit", "server", "config", "copy", "before"}
 # what `shorten` appends to each command: argparse keeps the last value of a flag, so these win
 SHORTER = {
-    "ludus train": "--steps 1 --warmstart-steps 2 --prompts-per-step 2 --group-size 2 --eval-size 2 --threads 1",
+    "ludus train": "--steps 1 --warmstart-steps 2 --warmstart-batch 2 --prompts-per-step 2 --group-size 2 "
+    "--eval-size 2 --threads 1",
     "ludus eval": "--tasks 2",
     "ludus check": "--tasks 1",
     "ludus export": "-n 4",

@@ -25,7 +25,8 @@ from ludus.core.registry import make
 from ludus.core.types import Message, Score, Status, Task
 from ludus.policies import SamplingParams
 from ludus.rollout import NothingPolicy, RolloutConfig, RolloutEngine, ThreadHost, requests
-from ludus.rollout.remote import Connection, RemoteEnv, RemoteEnvError, ServerHost
+from ludus.rollout.placement import EnvPlacement
+from ludus.rollout.remote import Connection, RemoteEnv, RemoteEnvError, ServerHost, UnusableEnvServer
 from ludus.serve.env_server import EnvServer, ServerLimits, serve
 from support import serving, start_env_server
 
@@ -240,6 +241,31 @@ def test_train_refuses_a_server_built_with_other_env_args(server, tmp_path):
         text=True,
     )
     assert out.returncode == 2 and "--env-args" in out.stderr and not any(tmp_path.iterdir())
+
+
+def test_one_rule_checks_a_server_against_the_environment_asked_for(server, tmp_path, capsys):
+    """``EnvPlacement.env_factory``, behind ``ludus eval``, ``check`` and ``train``: the server must
+    serve the environment named; env_args ``None`` take the server's, a mapping must be the server's."""
+    from ludus.cli import main
+
+    placement = EnvPlacement(env_servers=(server,))
+    for env_args in (None, ARGS):
+        make_env, first = placement.env_factory("arithmetic", env_args)
+        assert isinstance(first, RemoteEnv) and first.env_args == ARGS
+        first.close()
+        again = make_env()
+        assert isinstance(again, RemoteEnv) and again is not first
+        again.close()
+    with pytest.raises(UnusableEnvServer, match="start the server with --env-args '{\"digits\": 3}'"):
+        placement.env_factory("arithmetic", {"digits": 3})
+    with pytest.raises(UnusableEnvServer, match="serves 'arithmetic', not 'countdown'"):
+        placement.env_factory("countdown", None)
+    # the command line keeps the same rule: the server's --env-args are accepted, others refused
+    assert main(["check", "arithmetic", "--env-server", server, "--env-args", json.dumps(ARGS)]) == 0
+    runs = tmp_path / "runs"
+    code = main(["eval", "arithmetic", "--model", "nothing", "--env-server", server, "--env-args", "{digits: 3}",
+                 "--runs", str(runs)])  # fmt: skip
+    assert code == 2 and "--env-args" in capsys.readouterr().err and not runs.exists()
 
 
 # ---- failures -------------------------------------------------------------------------------------

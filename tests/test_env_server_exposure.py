@@ -217,7 +217,9 @@ def test_train_checks_a_server_whose_seed_is_hidden_by_the_keys_it_can_see():
     args = {"digits": 2, "ops": "+", "seed": 7}
     app = EnvServer(lambda: make("arithmetic", **args), env_args=args)
     with serving(app, path="") as url:
-        remote = make_env_factory(TrainConfig(env="arithmetic", env_args=args, env_server=url))()
+        factory, first = make_env_factory(TrainConfig(env="arithmetic", env_args=args, env_server=url))
+        first.close()
+        remote = factory()
         assert remote.name == "arithmetic"
         remote.close()
         for other in ({"digits": 3, "ops": "+", "seed": 7}, {"digits": 2, "ops": "+"}):

@@ -103,9 +103,9 @@ def test_ludus_warmstart_makes_the_base_that_a_run_with_a_sized_context_starts_f
 
 def test_the_default_recipe_keeps_the_default_context():
     config = TrainConfig()
-    picker = build_picker(config, make_env_factory(config))
-    envs = warmstart_envs(config, picker, make_env_factory(config))
-    assert not fit_context(config, picker.arms.values(), envs, print) and config.tiny == {}
+    picker, arm_envs = build_picker(config, *make_env_factory(config))
+    envs = warmstart_envs(config, arm_envs)
+    assert not fit_context(config, zip(picker.arms.values(), arm_envs, strict=True), envs, print) and config.tiny == {}
 
 
 @pytest.mark.parametrize(

@@ -104,11 +104,10 @@ def test_bad_variant_settings_say_what_to_set(overrides, message):
 
 
 def test_soft_overlong_punishment_by_hand():
-    config = TrainConfig(max_tokens=10, overlong_buffer=4)
+    config = TrainConfig(max_tokens=10, overlong_buffer=4).loss()
     assert [overlong_penalty(n, config) for n in (3, 6, 7, 8, 10)] == [0.0, 0.0, -0.25, -0.5, -1.0]
-    config.overlong_penalty = 0.5
-    assert overlong_penalty(9, config) == -0.375
-    assert overlong_penalty(10, TrainConfig(max_tokens=10)) == 0.0  # off by default
+    assert overlong_penalty(9, TrainConfig(max_tokens=10, overlong_buffer=4, overlong_penalty=0.5).loss()) == -0.375
+    assert overlong_penalty(10, TrainConfig(max_tokens=10).loss()) == 0.0  # off by default
 
 
 def _traj(reward: float, length: int, finish: str = "stop", status: str = Status.CORRECT) -> Trajectory:
@@ -117,18 +116,18 @@ def _traj(reward: float, length: int, finish: str = "stop", status: str = Status
 
 
 def test_shaped_rewards_add_the_penalty_and_can_give_a_group_signal():
-    config = TrainConfig(max_tokens=10, overlong_buffer=4)
+    config = TrainConfig(max_tokens=10, overlong_buffer=4).loss()
     group = [_traj(1.0, 10, "length"), _traj(1.0, 5), _traj(0.0, 8, status=Status.INFRA_ERROR)]
     rewards, valid = shaped_rewards([group], config)
     assert rewards.tolist() == [[0.0, 1.0, 0.0]]  # 1 - 1; 1 - 0; the infra error untouched (and masked)
     assert valid.tolist() == [[True, True, False]]
-    assert has_signal(group, config) and not has_signal(group, TrainConfig(max_tokens=10))
+    assert has_signal(group, config) and not has_signal(group, TrainConfig(max_tokens=10).loss())
 
 
 def test_overlong_filter_masks_cut_off_turns_but_keeps_their_rewards_in_the_baseline():
     group = [_traj(1.0, 3), _traj(0.0, 6, "length"), _traj(0.0, 2), _traj(1.0, 4)]
-    plain = build_samples([group], TrainConfig(max_tokens=6))
-    filtered = build_samples([group], TrainConfig(max_tokens=6, overlong_filter=True))
+    plain = build_samples([group], TrainConfig(max_tokens=6).loss())
+    filtered = build_samples([group], TrainConfig(max_tokens=6, overlong_filter=True).loss())
     assert len(plain) == 4 and len(filtered) == 3
     assert [s.advantage for s in filtered] == [plain[0].advantage, plain[2].advantage, plain[3].advantage]
     # rewards 1, 0, 0, 1: mean 0.5, unbiased std 0.57735 → ±0.866 (within the 1e-4 eps)

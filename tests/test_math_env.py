@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from ludus.certify.contract import check_env_by_name
 from ludus.cli.batch import score_jsonl
 from ludus.core import Status, make
-from ludus.core.check import check_env_by_name
 from ludus.envs.math.env import MathEnv
 from ludus.envs.math.verifier import MathVerifier
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from reasoning_gym import factory
 
+from ludus.certify.contract import check_env_by_name, format_report
 from ludus.core import registry
-from ludus.core.check import check_env_by_name, format_report
 from ludus.core.types import Message, Status
 from ludus.envs.reasoning_gym import env_class, offered
 from ludus.envs.reasoning_gym.audit import AUDIT
@@ -160,7 +160,7 @@ def test_tasks_round_trip_through_json_and_grade_the_same():
 
 def test_levels_come_from_reasoning_gyms_curricula_and_drive_ludus_curriculum():
     config = TrainConfig(env="rg:basic_arithmetic", env_args={}, curriculum=True)
-    picker = build_picker(config, lambda: registry.make("rg:basic_arithmetic"))
+    picker, _ = build_picker(config, lambda: registry.make("rg:basic_arithmetic"))
     assert [arm.key for arm in picker.ladders[0].arms] == [f"rg:basic_arithmetic/L{n}" for n in range(1, 6)]
     with pytest.raises(ConfigError, match="no difficulty levels"):
         build_picker(
@@ -195,7 +195,7 @@ def test_the_docs_table_is_the_audit():
 @pytest.mark.parametrize("dataset", OFFERED)
 def test_every_offered_dataset_resists_the_red_team(dataset):
     """Hedges, enormous answers, every option at once, the gold inside padding: none earns reward."""
-    from ludus.rollout.redteam import format_redteam, redteam_env_by_name
+    from ludus.certify.redteam import format_redteam, redteam_env_by_name
 
     report = redteam_env_by_name(f"rg:{dataset}", tasks=3)
     assert report.ok, format_redteam(report)

@@ -14,10 +14,7 @@ from typing import Any
 
 import pytest
 
-from ludus.cli import main
-from ludus.core.env import SingleTurnEnv, ToolEnv
-from ludus.core.types import Message, Observation, Score, Status, Task
-from ludus.rollout.redteam import (
+from ludus.certify.redteam import (
     CHEATS,
     Target,
     answer_form,
@@ -26,6 +23,9 @@ from ludus.rollout.redteam import (
     redteam_env,
     redteam_env_by_name,
 )
+from ludus.cli import main
+from ludus.core.env import SingleTurnEnv, ToolEnv
+from ludus.core.types import Message, Observation, Score, Status, Task
 from ludus.rollout.remote import RemoteEnv
 
 # (environment, constructor arguments, tasks): small enough for the whole file to stay well under a minute

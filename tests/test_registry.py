@@ -141,7 +141,7 @@ def greet():
 PROBE = """\
 import importlib.metadata, json, sys
 import ludus
-from ludus.core.check import check_env_by_name, format_report
+from ludus.certify.contract import check_env_by_name, format_report
 from ludus.core.registry import EnvLoadError, entries, env_class, make
 
 out = {"prefix": sys.prefix, "ludus": ludus.__file__}

@@ -432,14 +432,16 @@ def test_tsumego_other_captures() -> None:
 def test_sokoban_and_spell_backward_refuse_padded_answers() -> None:
     """rg's sokoban replays every character and skips the ones that are not moves; its spell_backward sums
     per-letter credit to a float just above 1.0. Both pay the answer followed by junk."""
+    made = {}
     for name in ("sokoban", "spell_backward"):
         ds = reasoning_gym.create_dataset(name, size=40, seed=0)
-        padded = [(e, f"{e['answer']} or maybe not {e['answer']}0") for e in ds]
+        made[name] = list(ds)  # made once: rg makes an entry anew on every access, and sokoban's take seconds
+        padded = [(e, f"{e['answer']} or maybe not {e['answer']}0") for e in made[name]]
         fooled = [(e, p) for e, p in padded if ds.score_answer(p, e) >= 1.0]
         assert fooled, name  # the flaw is real on some entries
         assert all(ours(name, p, e) == 0.0 for e, p in fooled), name
-        assert all(ours(name, e["answer"], e) == 1.0 for e in ds), name
-    e = reasoning_gym.create_dataset("sokoban", size=1, seed=0)[0]
+        assert all(ours(name, e["answer"], e) == 1.0 for e in made[name]), name
+    e = made["sokoban"][0]
     assert ours("sokoban", " ".join(e["answer"]), e) == 1.0  # moves spaced out are still moves
 
 

@@ -15,7 +15,7 @@ from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
 from ludus.policies.tiny import TinyPolicy
 from ludus.rollout.engine import EpisodeRequest, JsonlSink, RolloutConfig, RolloutEngine, requests
 
-HANG_GUARD_S = 20.0  # only so that a broken engine fails instead of hanging; never a timing assertion
+HANG_GUARD_S = 300.0  # only so that a broken engine fails instead of hanging (far above any run under load); never a timing assertion
 
 
 def arithmetic_tasks(n: int) -> list[Task]:
@@ -372,6 +372,7 @@ def test_ctrl_c_during_ludus_eval_keeps_every_finished_episode_and_resume_comple
     deadline = time.monotonic() + HANG_GUARD_S
     while (not out.exists() or len(out.read_text().splitlines()) < 5) and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert out.exists() and len(out.read_text().splitlines()) >= 5, "no 5 episodes written"  # else SIGINT hits imports
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130, err
@@ -585,3 +586,66 @@ def test_a_step_that_lists_tools_changes_the_tools_offered_from_then_on():
     assert t.score.value == 1.0
     assert offered == [["ls"], ["ls", "tail"], ["ls", "tail"]]
     assert [s.name for s in t.tools] == ["ls", "tail"]
+
+
+class Where(Env):
+    """One turn; records which thread ran each hook (``Where.ran``: hook -> thread id)."""
+
+    name = "where"
+    ran: dict[str, int] = {}
+
+    def begin(self, task):
+        Where.ran["begin"] = threading.get_ident()
+        return Observation([Message("user", task.prompt)])
+
+    def transition(self, action):
+        Where.ran["transition"] = threading.get_ident()
+        return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+
+
+class AsyncStep(Where):
+    name = "async-step"
+
+    async def atransition(self, action):
+        Where.ran["atransition"] = threading.get_ident()
+        return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+
+
+class AsyncReset(Where):
+    name = "async-reset"
+
+    async def abegin(self, task):
+        Where.ran["abegin"] = threading.get_ident()
+        return Observation([Message("user", task.prompt)])
+
+
+class QuickWhere(Where):
+    name = "quick-where"
+    quick = True
+
+
+@pytest.mark.parametrize(
+    ("env_cls", "calls", "on_the_loop", "on_a_thread"),
+    [
+        (Where, "blocking", [], ["begin", "transition"]),
+        (AsyncStep, "async", ["atransition"], ["begin"]),  # an async hook alone is awaited; its sync twin threaded
+        (AsyncReset, "async", ["abegin"], ["transition"]),
+        (QuickWhere, "quick", ["begin", "transition"], []),
+    ],
+)
+def test_each_environment_is_called_one_way_decided_when_it_is_opened(env_cls, calls, on_the_loop, on_a_thread):
+    from ludus.rollout.hosts import EnvCalls, ThreadHost, env_calls
+
+    assert env_calls(env_cls()) is EnvCalls(calls)
+    Where.ran = {}
+    host = ThreadHost(2)
+    try:
+        (t,) = RolloutEngine(Echo(), env_cls, SamplingParams(max_tokens=4), host=host).run(requests([Task("t", "x")]))
+        assert host.opens_quickly(env_cls) is (calls == "quick")  # what the host learnt opening it
+    finally:
+        host.shutdown()
+    assert t.score.value == 1.0
+    loop = threading.get_ident()  # engine.run runs its event loop on this thread
+    assert set(Where.ran) == {*on_the_loop, *on_a_thread}  # the other twin never ran
+    assert [h for h in on_the_loop if Where.ran[h] != loop] == []
+    assert [h for h in on_a_thread if Where.ran[h] == loop] == []

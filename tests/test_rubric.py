@@ -199,6 +199,30 @@ def test_an_environment_grading_in_its_own_transition_refuses_a_rubric():
         registry.make("state-graded", rubric=[{"function": "env"}])
 
 
+def test_a_tool_environment_graded_by_a_rubric_keeps_its_tools_and_honeypots_and_its_factory_pickles(monkeypatch):
+    """The rubric replaces the grade and nothing else of the environment; its factory travels
+    pickled (to Ray actors, say) and makes the same graded environment there."""
+    import pickle
+
+    from ludus.core import registry
+    from ludus.core.types import Message
+    from test_tool_env import Vault, _call
+
+    monkeypatch.setitem(registry._registered, "vault", Vault)
+    spec = [{"function": "env", "name": "balance"}, {"function": "test_rubric:short", "pass_at": 0.5}]
+    make = pickle.loads(pickle.dumps(registry.factory("vault", {"rubric": spec})))
+    env = make()
+    assert isinstance(env, Vault) and env.name == "vault"
+    env.reset(seed=0)
+    assert env.step(_call("read_balance")).observation.messages[0].content == "120"
+    score = env.step(Message("assistant", "120")).score
+    assert score.status == Status.CORRECT and score.components == {"balance": 1.0, "short": 0.97}
+    env.reset(seed=1)
+    assert env.step(Message("assistant", "121")).score.components == {"balance": 0.0, "short": 0.97}
+    env.reset(seed=2)
+    assert env.step(_call("grant_admin", user="me")).score.status == Status.HONEYPOT
+
+
 @pytest.mark.parametrize("document", ["name: yes", "name: true", "name: on", "name: 1", "gate: true"])
 def test_a_criterion_name_that_yaml_reads_as_something_else_is_refused(document):
     item = {"function": "env", **yaml.safe_load(document)}
@@ -240,7 +264,7 @@ def test_a_rubric_made_for_every_episode_reads_the_installed_packages_once(tmp_p
     make = registry.factory("arithmetic", {"rubric": [{"function": "env"}, {"function": "test_rubric:short"}]})
     episodes = [make() for _ in range(20)]
     assert len(scans) == 1
-    assert all(env.score is not episodes[0].score for env in episodes[1:])  # each its own rubric
+    assert len({id(env.graded_by) for env in episodes}) == len(episodes)  # each its own rubric
 
 
 def test_the_docs_rubric_example_has_criteria_that_pass_and_fail_on_real_replies(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ludus.core.check import check_env
+from ludus.certify.contract import check_env
 from ludus.core.registry import make
 from ludus.core.types import Message, Status, Task, ToolCall
 from ludus.envs.sql.env import SQLEnv, render

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from ludus.certify.contract import check_env
 from ludus.core import Score, Status, Task, ToolCall, ToolEnv, tool
-from ludus.core.check import check_env
 from ludus.core.types import Message
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests

@@ -7,7 +7,7 @@ import torch
 
 from ludus.core import Env, Message, Observation, Score, Status, StepResult, Task, register
 from ludus.train import grpo
-from ludus.train.config import ConfigError, TrainConfig, load_config
+from ludus.train.config import ConfigError, LossConfig, load_config
 from ludus.train.grpo import Sample
 from ludus.train.trainer import Trainer
 
@@ -53,7 +53,7 @@ def _trained_samples(small_config, monkeypatch, turn_credit: str) -> tuple[list[
     seen: list[Sample] = []
     update = grpo.update
 
-    def recording(learner: grpo.Learner, samples: list[Sample], config: TrainConfig) -> dict[str, float]:
+    def recording(learner: grpo.Learner, samples: list[Sample], config: LossConfig) -> dict[str, float]:
         seen.extend(samples)
         return update(learner, samples, config)
 

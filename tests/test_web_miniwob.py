@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ludus.core.check import check_env, format_report
+from ludus.certify.contract import check_env, format_report
 from ludus.core.env import MissingDependency
 from ludus.core.types import Message, Status, ToolCall
 from ludus.envs.web.miniwob import SUPPORTED, MiniWoBEnv

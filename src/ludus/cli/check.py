@@ -1,6 +1,6 @@
 """``ludus check ENV``: the environment contract check; exits 1 when an invariant is broken.
 
-``--redteam`` adds the red-team report card (``ludus.rollout.redteam``): the oracle, the floor,
+``--redteam`` adds the red-team report card (``ludus.certify.redteam``): the oracle, the floor,
 the generic cheats that apply and the environment's own; exits 1 when any line fails.
 """
 
@@ -38,16 +38,17 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ludus.certify.contract import check_env, format_report
     from ludus.cli.common import mapping_flag
-    from ludus.core.check import check_env, format_report
 
     kwargs = mapping_flag("--env-args", args.env_args)
     if args.tasks < 1:
         raise ValueError(f"--tasks must be at least 1, got {args.tasks}")
     if args.env_server:
-        from ludus.cli.common import env_factory
+        from ludus.rollout.placement import EnvPlacement
 
-        factory, _, _ = env_factory(args.env, kwargs, [args.env_server])
+        factory, first = EnvPlacement(env_servers=(args.env_server,)).env_factory(args.env, kwargs or None)
+        first.close()
         name = f"{args.env} at {args.env_server}"
     else:
         from ludus.core import registry
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             factory = registry.factory(args.env, kwargs)
         except registry.EnvLoadError as exc:
-            from ludus.core.check import CheckReport, CheckResult
+            from ludus.certify.contract import CheckReport, CheckResult
 
             print(format_report(CheckReport(args.env, [CheckResult("load", False, str(exc))])))
             return 1
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_report(report))
     ok = report.ok
     if args.redteam:
-        from ludus.rollout.redteam import format_redteam, redteam_env
+        from ludus.certify.redteam import format_redteam, redteam_env
 
         card = redteam_env(factory, name=name, tasks=args.tasks, seed=args.seed)
         print()

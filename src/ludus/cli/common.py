@@ -121,29 +121,3 @@ def add_env_server_arguments(p: argparse.ArgumentParser) -> None:
         help="play on an env server started with `ludus serve-env` (repeat for several: sessions are spread "
         "over them); the token, if the server needs one, comes from $LUDUS_ENV_TOKEN",
     )
-
-
-def env_factory(
-    name: str, env_args: dict[str, Any], servers: Sequence[str] | None
-) -> tuple[Callable[[], Any], list[str], str | None]:
-    """``(factory, servers, token)``: the environment ``name`` made here, or, with env servers,
-    a :class:`~ludus.rollout.remote.RemoteEnv` on the first (checked to serve ``name``)."""
-    import os
-
-    if not servers:
-        from ludus.core.registry import factory
-
-        return factory(name, env_args), [], None
-    from ludus.rollout.remote import RemoteEnv, RemoteEnvError
-
-    if env_args:
-        raise ValueError("--env-args configure an environment made here; an env server was started with its own")
-    token = os.environ.get("LUDUS_ENV_TOKEN") or None
-    try:
-        probe = RemoteEnv(servers[0], token=token)
-    except RemoteEnvError as exc:
-        raise ValueError(f"cannot use the env server: {exc}") from None
-    probe.close()
-    if probe.name != name:
-        raise ValueError(f"the env server at {servers[0]} serves {probe.name!r}, not {name!r}")
-    return (lambda: RemoteEnv(servers[0], token=token)), list(servers), token

@@ -82,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ludus.cli.common import console, env_factory, progress_bar
+    from ludus.cli.common import console, progress_bar
     from ludus.policies import SamplingParams, load_policy
     from ludus.rollout.engine import RolloutConfig
     from ludus.rollout.evaluate import evaluate
-    from ludus.rollout.hosts import make_host
+    from ludus.rollout.placement import EnvPlacement
 
     if args.resume and not args.name:
         raise ValueError("--resume continues the run that --name names: add --name")
@@ -95,12 +95,24 @@ def run(args: argparse.Namespace) -> int:
     ks = sorted({int(k) for k in args.k.split(",") if k.strip()}) if args.k else [1]
     if not ks or ks[0] < 1 or ks[-1] > args.samples:
         raise ValueError(f"--k must be positive and at most --samples ({args.samples}); got {args.k!r}")
-    make_env, servers, token = env_factory(args.env, args.env_args, args.env_server)
-    source = make_env().task_source(args.split)
-    count = args.tasks if args.tasks is not None else (source.size if source.size is not None else 100)
-    if source.size is not None and count > source.size:
-        raise ValueError(f"--tasks {count} is more than the {source.size} tasks of {args.env}'s {args.split} split")
-    tasks = [source.get(i) for i in range(count)]
+    if (args.ray_address or args.ray_actors is not None) and not args.ray:
+        raise ValueError("--ray-address and --ray-actors set up the Ray scale-out: add --ray")
+    placement = EnvPlacement(
+        args.env_workers,
+        env_servers=tuple(args.env_server or ()),
+        ray=args.ray,
+        ray_address=args.ray_address,
+        ray_actors=2 if args.ray_actors is None else args.ray_actors,
+    )
+    make_env, first = placement.env_factory(args.env, args.env_args or None)  # no --env-args: the server's
+    try:
+        source = first.task_source(args.split)
+        count = args.tasks if args.tasks is not None else (source.size if source.size is not None else 100)
+        if source.size is not None and count > source.size:
+            raise ValueError(f"--tasks {count} is more than the {source.size} tasks of {args.env}'s {args.split} split")
+        tasks = [source.get(i) for i in range(count)]
+    finally:
+        first.close()
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
     if args.model_name and not args.model.startswith(("http://", "https://")):
         raise ValueError("--model-name picks a model on an OpenAI-compatible server; it needs --model http(s)://...")
@@ -110,13 +122,11 @@ def run(args: argparse.Namespace) -> int:
         if args.model in ("tiny", "oracle", "nothing"):
             raise ValueError(f"--tool-format applies to transformers models and servers, not {args.model!r}")
         options["tool_format"] = args.tool_format
-    if (args.ray_address or args.ray_actors is not None) and not args.ray:
-        raise ValueError("--ray-address and --ray-actors set up the Ray scale-out: add --ray")
     if args.model == "oracle":  # scripted policies: prove the tasks solvable and the rewards discriminating
         from ludus.rollout.engine import requests
         from ludus.rollout.scripted import OraclePolicy
 
-        if servers:
+        if placement.env_servers:
             raise ValueError("--model oracle plays reference answers, which stay on the env server: evaluate it there")
         policy = OraclePolicy(make_env, requests(tasks, args.samples))
     elif args.model == "nothing":
@@ -133,21 +143,15 @@ def run(args: argparse.Namespace) -> int:
     )
     state = {"n": 0, "reward": 0.0, "infra": 0}
     try:
-        host = make_host(
-            args.env_workers,
-            env_servers=servers,
-            token=token,
-            ray=args.ray,
-            ray_address=args.ray_address,
-            ray_actors=2 if args.ray_actors is None else args.ray_actors,
-        )
+        host = placement.host()
     except (ImportError, ConnectionError, RuntimeError) as exc:  # no Ray, no cluster, no server: say so
         policy.close()
         console().print(f"[red]error:[/] {exc}")
         return 2
     if args.ray:
         console().print(f"environments on Ray ({args.ray_address or 'local'}), {args.env_workers} calls at once")
-    elif servers:
+    elif placement.env_servers:
+        servers = placement.env_servers
         console().print(f"environments on {len(servers)} env server(s): {', '.join(servers)}")
     try:
         with progress_bar("eval") as progress:

@@ -27,13 +27,12 @@ def run(args: argparse.Namespace) -> int:
     from ludus.train.trainer import make_env_factory, warmstart_envs
 
     c = load_config(args.config, config_overrides(args))
-    factory = make_env_factory(c)
-    picker = build_picker(c, factory)
-    envs = warmstart_envs(c, picker, factory)  # what `ludus train` warm-starts on
-    if not envs:
+    if not (c.model == "tiny" and c.warmstart_steps):
         raise ValueError("there is nothing to warm-start: the config's model is not tiny or warmstart_steps is 0")
+    picker, arm_envs = build_picker(c, *make_env_factory(c))
+    envs = warmstart_envs(c, arm_envs)  # what `ludus train` warm-starts on
     try:
-        fit_context(c, picker.arms.values(), envs, console().print)  # the context `ludus train` gives the model
+        fit_context(c, zip(picker.arms.values(), arm_envs, strict=True), envs, console().print)  # as `ludus train`
         with progress_bar("warm-start") as progress:
             bar = progress.add_task("", total=c.warmstart_steps)
             _, path, created = make_base_model(
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                 on_step=lambda s, loss: progress.update(bar, completed=s, description=f"loss {loss:.3f}"),
             )
     finally:
-        for env in envs:
+        for env in {id(env): env for env in [*arm_envs, *envs]}.values():
             env.close()
     console().print(f"{'created' if created else 'already cached (use --force to re-create)'}: {path}")
     return 0

@@ -109,8 +109,9 @@ class Env(ABC):
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     max_turns: int = 1
     # True when reset and step are quick pure-Python calls that never block (no I/O, no
-    # subprocess): the rollout engine then runs them on its event loop, without a thread hop
-    quick: ClassVar[bool] = False
+    # subprocess): the rollout engine then runs them on its event loop, without a thread hop. An
+    # instance may be slower than its class: one graded by a rubric whose criterion can block
+    quick: bool = False
     # modules this environment needs beyond Ludus's own dependencies (top-level name -> the command
     # that installs it, e.g. {"playwright": "pip install 'ludus[web]'"}): making one without them
     # raises MissingDependency, and `ludus envs` marks it. A literal, so `ludus envs` reads it
@@ -261,7 +262,7 @@ class Env(ABC):
         ``reset`` in a worker thread."""
         import asyncio  # only async callers pay for it: importing ludus.core stays quick
 
-        if not has_async_hooks(self):
+        if not _overrides(self, "abegin"):
             return await asyncio.to_thread(self.reset, task, seed)
         seed = 0 if seed is None else int(seed)
         if task is None:
@@ -274,7 +275,7 @@ class Env(ABC):
         runs ``step`` in a worker thread."""
         import asyncio
 
-        if not has_async_hooks(self):
+        if not _overrides(self, "atransition"):
             return await asyncio.to_thread(self.step, action)
         action = self._accept(action)
         try:
@@ -285,8 +286,8 @@ class Env(ABC):
 
     # ---- optional async hooks: environments whose work is I/O (a server, a browser) ----------
     async def abegin(self, task: Task) -> Observation:
-        """The async twin of :meth:`begin`. Override both (or neither): ``reset`` calls
-        ``begin``, ``areset`` calls this."""
+        """The async twin of :meth:`begin`: ``reset`` calls ``begin``, ``areset`` calls this. An
+        environment may have either twin or both; ``areset`` runs ``reset`` on a thread without it."""
         raise NotImplementedError
 
     async def atransition(self, action: Message) -> StepResult:
@@ -346,9 +347,14 @@ class Env(ABC):
 
 
 def has_async_hooks(env: Env) -> bool:
-    """Whether ``env`` implements :meth:`Env.abegin`/:meth:`Env.atransition`, so that its
-    ``areset``/``astep`` are worth awaiting on an event loop rather than running on a thread."""
-    return type(env).abegin is not Env.abegin
+    """Whether ``env`` implements an async hook (:meth:`Env.abegin`, :meth:`Env.atransition` or
+    both), so that its ``areset``/``astep`` are worth awaiting on an event loop rather than
+    running on a thread (the twin without a hook runs its sync call on a thread itself)."""
+    return _overrides(env, "abegin") or _overrides(env, "atransition")
+
+
+def _overrides(env: Env, hook: str) -> bool:
+    return getattr(type(env), hook) is not getattr(Env, hook)
 
 
 class SingleTurnEnv(Env):

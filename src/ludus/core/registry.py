@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
 from ludus.core.env import Env
+from ludus.core.lazy import import_target
+from ludus.core.rubric import graded_by_rubric
 
 ENTRY_POINT_GROUP = "ludus.envs"
 FAMILY_GROUP = "ludus.env_families"
@@ -65,15 +66,6 @@ class EnvEntry:
         if not (isinstance(obj, type) and issubclass(obj, Env)):
             raise EnvLoadError(f"environment {self.name!r} points to {self.target}, which is not a ludus Env subclass")
         return obj
-
-
-def import_target(target: str) -> Any:
-    """The object an entry point's ``"module:attr.attr"`` names (the module is imported now)."""
-    module_name, _, attr = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
-    return obj
 
 
 def register(name: str, env_cls: type[Env]) -> None:
@@ -163,33 +155,33 @@ def env_class(name: str) -> type[Env]:
 def make(name: str, **kwargs: Any) -> Env:
     """Create the environment registered as ``name`` with keyword arguments for its constructor;
     ``rubric=[...]`` (any environment that grades through ``score``) replaces its grader with a
-    rubric (``ludus.core.rubric.apply_rubric``)."""
+    rubric (:func:`ludus.core.rubric.graded_by_rubric`)."""
     return factory(name, kwargs)()
 
 
 def factory(name: str, env_args: dict[str, Any]) -> EnvFactory:
     """A picklable maker of ``name`` with ``env_args`` (what trainers, hosts, Ray actors and env
-    servers call once per environment); the class is loaded now, so a wrong name fails here."""
+    servers call once per environment); the class is loaded now, so a wrong name fails here, and
+    so does a rubric for an environment that cannot take one."""
     if not isinstance(env_args, dict):
         raise TypeError(f"env_args must be a mapping of constructor arguments, got {env_args!r}")
     args = dict(env_args)
-    return EnvFactory(env_class(name), args, args.pop("rubric", None))
+    made = EnvFactory(env_class(name), args, args.pop("rubric", None))
+    if made.rubric is not None:
+        graded_by_rubric(made.cls)  # refuses an environment that grades in its own transition
+    return made
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: hosts key their environments by factory
 class EnvFactory:
+    """``cls(**kwargs)``, graded by ``rubric`` when there is one. It holds the environment's own
+    class, not the graded one made from it, so that it pickles by name (Ray actors, env servers)."""
+
     cls: type[Env]
     kwargs: dict[str, Any]
     rubric: list[dict[str, Any]] | None = None
 
     def __call__(self) -> Env:
-        env = self.cls(**self.kwargs)
         if self.rubric is None:
-            return env
-        from ludus.core.rubric import apply_rubric  # noqa: PLC0415 - the rubric imports this module
-
-        try:
-            return apply_rubric(env, self.rubric)
-        except Exception:
-            env.close()
-            raise
+            return self.cls(**self.kwargs)
+        return graded_by_rubric(self.cls)(**self.kwargs, rubric=self.rubric)

@@ -31,7 +31,7 @@ registered source that takes one (``"rm:runs/rm"``: a reward model's folder). Wi
 
 Any environment whose grade goes through ``score(task, completion)`` (every ``SingleTurnEnv``
 and ``ToolEnv``) takes a rubric from its configuration: ``env_args: {rubric: [...]}``, where
-the function ``"env"`` is the environment's own grader (see :func:`apply_rubric`). A quick
+the function ``"env"`` is the environment's own grader (see :class:`RubricGraded`). A quick
 environment stays quick only when every criterion says it is (``fn.quick = True``: pure Python
 that returns at once); any other criterion is run on the environment threads, under the step
 time limit, since it may block or hang.
@@ -49,7 +49,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ludus.core.env import Env, SingleTurnEnv, ToolEnv
-from ludus.core.registry import import_target
+from ludus.core.lazy import import_target
 from ludus.core.types import InfraError, Score, Status, Task
 
 REWARDS_GROUP = "ludus.rewards"
@@ -250,21 +250,34 @@ def _default_name(function: str) -> str:
     return rest or function
 
 
-def apply_rubric(env: Env, spec: Sequence[Mapping[str, Any]]) -> Env:
-    """Grade ``env`` with the rubric ``spec`` instead of its own grader, which stays available to
-    the rubric as the function ``"env"``. The environment must grade through ``score`` (every
-    ``SingleTurnEnv`` and ``ToolEnv`` does, unless it replaces their ``transition``, as the
-    browser and repository environments do to grade state); one that does not is refused, not
-    silently ignored."""
-    if not isinstance(env, SingleTurnEnv) or type(env).transition not in (SingleTurnEnv.transition, ToolEnv.transition):
+class RubricGraded(SingleTurnEnv):
+    """An environment graded by the rubric of its configuration (``rubric=[...]`` besides its own
+    arguments) instead of by its own ``score``, which the rubric sees as the function ``"env"``.
+    Not subclassed by hand: :func:`graded_by_rubric` puts it in front of an environment's class,
+    so the environment keeps everything of its own (tool calls, honeypots) but its grade."""
+
+    def __init__(self, *args: Any, rubric: Sequence[Mapping[str, Any]], **kwargs: Any):
+        own = super().score  # the environment's class's grader, bound to this instance
+        # built before the environment, so that a rubric refused leaves nothing open to close
+        self.graded_by = Rubric.from_config(rubric, functions={"env": own})
+        super().__init__(*args, **kwargs)
+        # a judge or a reward model waits on a server or a batch: such an environment is no longer
+        # quick (scored inline on the engine's event loop) unless every criterion says it is
+        self.quick = self.quick and all(c.fn is own or getattr(c.fn, "quick", False) for c in self.graded_by.criteria)
+
+    def score(self, task: Task, completion: str) -> Score:
+        return self.graded_by.score(task, completion)
+
+
+@functools.cache
+def graded_by_rubric(cls: type[Env]) -> type[RubricGraded]:
+    """``cls`` graded by a rubric: made with the same arguments plus ``rubric=[...]`` (one class
+    per environment class). The environment must grade through ``score`` (every ``SingleTurnEnv``
+    and ``ToolEnv`` does, unless it replaces their ``transition``, as the browser and repository
+    environments do to grade state); one that does not is refused, not silently ignored."""
+    if not issubclass(cls, SingleTurnEnv) or cls.transition not in (SingleTurnEnv.transition, ToolEnv.transition):
         raise ValueError(
-            f"environment {env.name!r} grades in its own transition, not through score(task, completion), so a "
+            f"environment {cls.name!r} grades in its own transition, not through score(task, completion), so a "
             "rubric cannot replace its grade; rubrics apply to SingleTurnEnv and ToolEnv environments"
         )
-    own = env.score
-    rubric = Rubric.from_config(spec, functions={"env": own})
-    env.score = rubric.score  # type: ignore[method-assign]  # this instance only
-    # a judge or a reward model waits on a server or a batch: such an environment is no longer
-    # quick (scored inline on the engine's event loop) unless every criterion says it is
-    env.quick = env.quick and all(c.fn is own or getattr(c.fn, "quick", False) for c in rubric.criteria)  # type: ignore[misc]
-    return env
+    return type(f"{cls.__name__}GradedByRubric", (RubricGraded, cls), {"__doc__": cls.__doc__})

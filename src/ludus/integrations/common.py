@@ -247,9 +247,10 @@ class Slot:
     sources: dict[str, TaskSource] = field(default_factory=dict)
 
 
-class Episodes:
-    """Environments for the tasks rows name: one instance per thread and environment, made by the
-    factory, closed by :meth:`close`.
+class EnvPool:
+    """Environments for the tasks rows name: one instance per thread and environment
+    (:meth:`thread_slot`) or one of the caller's own (:meth:`new_slot`), made by the factory, all
+    closed by :meth:`close`.
 
     ``env`` is the factory used for every row (a :class:`~ludus.rollout.remote.RemoteEnv` on a
     server, say), a registered name with ``env_args`` (then every row must name it), or ``None``:
@@ -270,9 +271,14 @@ class Episodes:
         self._all: list[Env] = []
         self._lock = threading.Lock()
 
-    def slot(self, ref: TaskRef) -> Slot:
+    def check_env(self, ref: TaskRef) -> None:
+        """Refuse a row that names another environment than the one this pool was made for."""
         if self.fixed_name is not None and ref.env != self.fixed_name:
-            raise RowError(f"the row names environment {ref.env!r}, but this grader plays {self.fixed_name!r}")
+            raise RowError(f"the row names environment {ref.env!r}, but this one plays {self.fixed_name!r}")
+
+    def thread_slot(self, ref: TaskRef) -> Slot:
+        """This thread's instance of the row's environment, made on first use."""
+        self.check_env(ref)
         slots: dict[tuple[str, str], Slot] = self._local.__dict__.setdefault("slots", {})
         key = ("", "") if self.factory is not None else (ref.env, ref.env_args)
         if key not in slots:
@@ -281,8 +287,8 @@ class Episodes:
 
     def new_slot(self, ref: TaskRef | None = None) -> Slot:
         """A new environment instance (for the row ``ref`` when rows name their environments)."""
-        if self.fixed_name is not None and ref is not None and ref.env != self.fixed_name:
-            raise RowError(f"the row names environment {ref.env!r}, but this grader plays {self.fixed_name!r}")
+        if ref is not None:
+            self.check_env(ref)
         if self.factory is not None:
             make = self.factory
         elif ref is not None:
@@ -336,8 +342,9 @@ class Episodes:
         self._local = threading.local()
 
 
-class Grader(Episodes):
-    """Scores single replies on the tasks rows name, with the environments' own graders.
+class Grader:
+    """Scores single replies on the tasks rows name, with the environments' own graders (an
+    :class:`EnvPool`'s, one instance per worker thread).
 
     ``workers`` threads grade a batch at once (each with its own environments), for graders that
     wait on a sandbox or a database. An ``infra_error`` is graded again up to ``retries`` times
@@ -354,20 +361,21 @@ class Grader(Episodes):
         workers: int = 1,
         retries: int = 1,
     ):
-        super().__init__(env, env_args)
         if workers < 1 or retries < 0:
             raise ValueError(f"workers must be >= 1 and retries >= 0, got {workers} and {retries}")
+        self.envs = EnvPool(env, env_args)
         self.workers, self.retries = workers, retries
         self.counts: Counter[str] = Counter()
-        self._pool: ThreadPoolExecutor | None = None
+        self._counts_lock = threading.Lock()
+        self._threads: ThreadPoolExecutor | None = None
 
     def grade(self, ref: TaskRef, reply: str, prompt: Sequence[Mapping[str, Any]] | str | None = None) -> Score:
         """The score of ``reply`` as the whole answer to the row's task. A prompt that is not the
         environment's first observation raises :class:`RowError`: the model was asked something
         else than what is graded."""
         try:
-            slot = self.slot(ref)
-            task = self.task(slot, ref)
+            slot = self.envs.thread_slot(ref)
+            task = self.envs.task(slot, ref)
         except EnvUnavailable as exc:
             score = infra_error(exc)
         else:
@@ -377,7 +385,7 @@ class Grader(Episodes):
                     break
                 logger.warning("grading %s task %s again after infra_error: %s", ref.env, ref.task_id, score.reason)
                 score = self._once(slot, task, ref, reply, prompt)
-        with self._lock:
+        with self._counts_lock:
             self.counts[score.status] += 1
         return score
 
@@ -392,9 +400,9 @@ class Grader(Episodes):
         given = prompts if prompts is not None else [None] * len(refs)
         if self.workers == 1 or len(refs) < 2:
             return [self.grade(r, t, p) for r, t, p in zip(refs, replies, given, strict=True)]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ludus-grader")
-        return list(self._pool.map(self.grade, refs, replies, given))
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="ludus-grader")
+        return list(self._threads.map(self.grade, refs, replies, given))
 
     def _once(
         self, slot: Slot, task: Task, ref: TaskRef, reply: str, prompt: Sequence[Mapping[str, Any]] | str | None
@@ -415,13 +423,7 @@ class Grader(Episodes):
         return result.score
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        super().close()
-
-
-def status_fractions(scores: Sequence[Score]) -> dict[str, float]:
-    """The fraction of ``scores`` with each status (for a trainer's per-batch metrics)."""
-    counts = Counter(s.status for s in scores)
-    return {status: n / len(scores) for status, n in sorted(counts.items())} if scores else {}
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
+        self.envs.close()

@@ -51,8 +51,8 @@ from ludus.integrations.common import (
     COLUMNS,
     TRL_LAYOUT,
     EnvFactory,
+    EnvPool,
     EnvUnavailable,
-    Episodes,
     Grader,
     RowError,
     Slot,
@@ -231,8 +231,8 @@ class LudusToolEnvironment:
     tool methods (generated per environment, see :class:`LudusEnvironment`) step it. Everything
     else is private, because TRL offers every public method to the model as a tool."""
 
-    def __init__(self, episodes: Episodes, check_prompt: bool = True):
-        self._episodes = episodes
+    def __init__(self, envs: EnvPool, check_prompt: bool = True):
+        self._envs = envs
         self._check_prompt = check_prompt
         self._slot: Slot | None = None
         self._env: Env | None = None
@@ -246,12 +246,11 @@ class LudusToolEnvironment:
         the training run."""
         ref = TaskRef.from_columns(row, where="the dataset row")
         self._env, self._ref, self._score, self._calls = None, ref, None, 0
-        if self._episodes.fixed_name is not None and ref.env != self._episodes.fixed_name:
-            raise RowError(f"the row names environment {ref.env!r}, but this one plays {self._episodes.fixed_name!r}")
+        self._envs.check_env(ref)
         try:
             if self._slot is None:  # TRL keeps instances and resets them: one Ludus environment each
-                self._slot = self._episodes.new_slot(ref)
-            task = self._episodes.task(self._slot, ref)
+                self._slot = self._envs.new_slot(ref)
+            task = self._envs.task(self._slot, ref)
         except EnvUnavailable as exc:
             self._score = infra_error(exc)
             return None
@@ -319,10 +318,10 @@ class LudusEnvironment:
         probe_split: str = "train",
         check_prompt: bool = True,
     ):
-        self.episodes = Episodes(env, env_args)
+        self.envs = EnvPool(env, env_args)
         self.check_prompt = check_prompt
-        probe = self.episodes.factory() if self.episodes.factory is not None else None
-        if probe is None:  # pragma: no cover - Episodes always has a factory for a name or a callable
+        probe = self.envs.factory() if self.envs.factory is not None else None
+        if probe is None:  # pragma: no cover - EnvPool always has a factory for a name or a callable
             raise TypeError("LudusEnvironment needs an environment name or factory")
         try:
             observation: Observation = probe.reset(probe.task_source(probe_split).get(0), seed=0)  # type: ignore[arg-type]
@@ -342,7 +341,7 @@ class LudusEnvironment:
         self.reward = self._make_reward()
 
     def __call__(self) -> LudusToolEnvironment:
-        return self.cls(self.episodes, self.check_prompt)
+        return self.cls(self.envs, self.check_prompt)
 
     def _make_reward(self) -> Callable[..., list[float | None]]:
         def ludus_env(completions: Sequence[Any], environments: Sequence[Any] | None = None, **kwargs: Any):
@@ -359,7 +358,7 @@ class LudusEnvironment:
         return ludus_env
 
     def close(self) -> None:
-        self.episodes.close()
+        self.envs.close()
 
 
 def tool_schemas(environment: LudusEnvironment) -> list[dict[str, Any]]:

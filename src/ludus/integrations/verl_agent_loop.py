@@ -20,7 +20,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from ludus.core.env import Env
 from ludus.core.types import Message, Score, Status, ToolCall, ToolSpec
-from ludus.integrations.common import EnvUnavailable, Episodes, TaskRef, chat, infra_error
+from ludus.integrations.common import EnvPool, EnvUnavailable, TaskRef, chat, infra_error
 from ludus.integrations.verl import remote_factory, task_ref
 
 
@@ -51,13 +51,13 @@ class LudusAgentLoop(ToolAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         reward_model = kwargs.get("reward_model") or {}
         ref = task_ref(kwargs.get("data_source", ""), reward_model.get("ground_truth"), kwargs.get("extra_info"))
-        episodes = Episodes(remote_factory(self.env_server) if self.env_server else None)
+        envs = EnvPool(remote_factory(self.env_server) if self.env_server else None)
         try:
-            self.score = await self._start(episodes, ref, kwargs)
+            self.score = await self._start(envs, ref, kwargs)
             output = await super().run(sampling_params, **kwargs)
             score = self.score or await self._grade_final()
         finally:
-            episodes.close()
+            envs.close()
         output.extra_fields["ludus_score"] = score.to_json()
         output.extra_fields["ludus_status"] = score.status
         if score.is_infra_error:  # masked: no token of this sample enters the loss
@@ -68,12 +68,12 @@ class LudusAgentLoop(ToolAgentLoop):
             output.reward_score = score.value
         return output
 
-    async def _start(self, episodes: Episodes, ref: TaskRef, kwargs: dict[str, Any]) -> Score | None:
+    async def _start(self, envs: EnvPool, ref: TaskRef, kwargs: dict[str, Any]) -> Score | None:
         """Reset the row's episode and make its prompt and tools the environment's; ``None`` when
         it started, its ``infra_error`` score when it could not."""
         try:  # in a thread: a RemoteEnv asks its server for /info and the task over blocking HTTP
-            slot = await asyncio.to_thread(episodes.new_slot, ref)
-            task = await asyncio.to_thread(episodes.task, slot, ref)
+            slot = await asyncio.to_thread(envs.new_slot, ref)
+            task = await asyncio.to_thread(envs.task, slot, ref)
         except EnvUnavailable as exc:
             return infra_error(exc)
         self.env = slot.env

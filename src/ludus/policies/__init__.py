@@ -1,14 +1,32 @@
 """Model backends behind one interface (``Policy``): the embedded tiny model, transformers
-checkpoints and OpenAI-compatible HTTP servers. ``load_policy`` picks one from a short spec."""
+checkpoints and OpenAI-compatible HTTP servers. ``load_policy`` picks one from a short spec.
+
+Names load on first use, so telling a saved folder's kind (:func:`saved_kind`, read when a
+training config is checked) imports no torch.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams, TrainablePolicy
+from ludus.core.lazy import lazy_exports
 
-__all__ = ["Completion", "Policy", "PolicyError", "SamplingParams", "TrainablePolicy", "load_policy"]
+if TYPE_CHECKING:
+    from ludus.policies.base import Policy
+
+_EXPORTS = {
+    "Completion": "base",
+    "Policy": "base",
+    "PolicyError": "base",
+    "SamplingParams": "base",
+    "TrainablePolicy": "base",
+}
+
+__all__ = sorted([*_EXPORTS, "load_policy", "saved_kind"])
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 SPEC_HELP = (
     "'tiny' (a fresh embedded model), a folder saved by ludus (tiny or transformers: a training run's final/ "
@@ -41,19 +59,17 @@ def load_policy(spec: str, **options: Any) -> Policy:
 
         return HFPolicy.load(spec[3:], **options)
     folder = Path(spec)
-    if (folder / "config.json").is_file():
-        import json  # noqa: PLC0415
+    kind = saved_kind(folder)
+    if kind == "tiny":
+        from ludus.policies.tiny import TinyPolicy  # noqa: PLC0415
 
-        kind = json.loads((folder / "config.json").read_text()).get("kind")
-        if kind == "tiny":
-            from ludus.policies.tiny import TinyPolicy  # noqa: PLC0415
-
-            if options:
-                raise ValueError(
-                    f"{spec} holds a tiny model, which takes no loading options ({', '.join(sorted(options))}); "
-                    "those apply to transformers models"
-                )
-            return TinyPolicy.load(folder)
+        if options:
+            raise ValueError(
+                f"{spec} holds a tiny model, which takes no loading options ({', '.join(sorted(options))}); "
+                "those apply to transformers models"
+            )
+        return TinyPolicy.load(folder)
+    if kind is not None:
         from ludus.policies.hf import HFPolicy  # noqa: PLC0415
 
         return HFPolicy.load(folder, **options)
@@ -63,3 +79,16 @@ def load_policy(spec: str, **options: Any) -> Policy:
             f"{folder / 'checkpoints' / 'step_NNNNNN'})"
         )
     raise ValueError(f"cannot load a policy from {spec!r}: expected {SPEC_HELP}")
+
+
+def saved_kind(folder: str | Path) -> str | None:
+    """What a model folder holds, from its config.json and without loading weights: the ``kind``
+    ludus records there (``"tiny"``), ``"transformers"`` for a checkpoint without one, ``None``
+    when there is no config.json."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a model's configuration (a JSON object), got {type(config).__name__}")
+    return config.get("kind", "transformers")

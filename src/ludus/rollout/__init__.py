@@ -3,13 +3,13 @@
 * :class:`RolloutEngine` — many episodes in flight, batched generation overlapping environment
   work, infrastructure failures retried then masked; :func:`requests` numbers, keys and seeds
   episodes the one way the engine, the trainer and the sampler share.
-* Hosts — where environments run: :class:`ThreadHost` (threads of this process) or
-  :class:`~ludus.rollout.ray_host.RayHost` (Ray actors; the ``ray`` extra, imported on demand).
+* Hosts — where environments run: :class:`ThreadHost` (threads of this process),
+  :class:`~ludus.rollout.ray_host.RayHost` (Ray actors; the ``ray`` extra, imported on demand) or
+  :class:`~ludus.rollout.remote.ServerHost` (env servers); :class:`EnvPlacement` says which, and
+  checks the environment, the one way every command does.
 * :func:`evaluate` / :func:`summarize` — mean reward, accuracy, pass@k, best-of-N, per category.
 * :class:`OraclePolicy` / :class:`NothingPolicy` — scripted policies that prove an environment's
   tasks solvable and its reward discriminating.
-* :func:`redteam_env` — ``ludus check --redteam``: the oracle, the floor and a library of
-  generic cheats played against an environment, one report-card line each.
 
 Names load on first use, so that an environment server (which needs only the hosts) imports
 no torch.
@@ -18,9 +18,11 @@ no torch.
 from ludus.core.lazy import lazy_exports
 
 _EXPORTS = {
+    "EnvCalls": "hosts",
     "EnvHost": "hosts",
-    "EnvSession": "hosts",
+    "HostedEnv": "hosts",
     "ThreadHost": "hosts",
+    "EnvPlacement": "placement",
     "EpisodeRequest": "engine",
     "JsonlSink": "engine",
     "RolloutConfig": "engine",
@@ -32,11 +34,6 @@ _EXPORTS = {
     "summarize": "evaluate",
     "NothingPolicy": "scripted",
     "OraclePolicy": "scripted",
-    "CHEATS": "redteam",
-    "Cheat": "redteam",
-    "format_redteam": "redteam",
-    "redteam_env": "redteam",
-    "redteam_env_by_name": "redteam",
 }
 
 __all__ = sorted(_EXPORTS)

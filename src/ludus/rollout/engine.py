@@ -36,7 +36,7 @@ import torch
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec, Trajectory, Turn
 from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
-from ludus.rollout.hosts import EnvHost, EnvSession, ThreadHost
+from ludus.rollout.hosts import EnvCalls, EnvHost, HostedEnv, ThreadHost
 
 # asked after each step that did not end the episode; a Score ends it (see RolloutEngine)
 StopHook = Callable[[Trajectory, StepResult], Score | None]
@@ -229,7 +229,6 @@ class RolloutEngine:
         self.host = host
         self.stop_when = stop_when
         self.generator = generator
-        self._quick_factories: set[Callable[[], Env]] = set()
         self.stats: dict[str, float] = {}
 
     # ---- public API ----
@@ -352,14 +351,11 @@ class RolloutEngine:
     async def _attempt(
         self, order: int, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
     ) -> None:
-        # once a factory has made a quick environment, opening one is quick too: no timer
         factory = request.env or self.env_factory
-        env: EnvSession = await self._env_call("create", host.open(factory), factory in self._quick_factories)
+        env: HostedEnv = await self._env_call("create", host.open(factory), host.opens_quickly(factory))
         try:
             trajectory.env = env.name
-            quick = bool(getattr(env, "quick", False))
-            if quick:
-                self._quick_factories.add(factory)
+            quick = env.calls is EnvCalls.QUICK
             obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed), quick)
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
             while True:
@@ -398,7 +394,7 @@ class RolloutEngine:
             await env.close()
 
     async def _env_call(self, what: str, call: Awaitable[Any], quick: bool = False) -> Any:
-        """An environment call with the step time limit (none for a ``quick`` session's calls,
+        """An environment call with the step time limit (none for a quick environment's calls,
         which cannot hang). Raising or hanging is the environment's failure (``infra_error``),
         never the policy's answer."""
         limit = None if quick else self.config.step_timeout_s

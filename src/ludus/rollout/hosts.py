@@ -1,31 +1,47 @@
 """Where the rollout engine's environments run: threads in this process, or elsewhere (Ray).
 
-The engine never touches an ``Env`` directly; it opens an :class:`EnvSession` on an
+The engine never touches an ``Env`` directly; it opens a :class:`HostedEnv` on an
 :class:`EnvHost` and awaits ``reset``/``step``/``close`` on it. The engine applies the time
 limits and turns exceptions into ``infra_error``, so a host only has to run calls and report
-their results or their exceptions.
+their results or their exceptions. Which host a command uses: :mod:`ludus.rollout.placement`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import enum
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ludus.core.env import Env, has_async_hooks
 from ludus.core.types import Message, Observation, StepResult, Task
 
 
-class EnvSession(Protocol):
-    """One environment instance, wherever it lives. ``name`` is the environment's name;
-    ``quick`` (optional, default false) says its calls finish at once, without blocking, so
-    the engine may await them without a time limit or a task of their own."""
+class EnvCalls(enum.Enum):
+    """How an environment's calls are run, decided once when it is opened (:func:`env_calls`)."""
+
+    QUICK = "quick"  # pure Python that returns at once (``Env.quick``): called inline, no thread, no time limit
+    ASYNC = "async"  # I/O behind async hooks (or another process): its coroutines awaited on the event loop
+    BLOCKING = "blocking"  # anything else: each call on a thread
+
+
+def env_calls(env: Env) -> EnvCalls:
+    """The one decision how ``env`` is called. Async hooks win over ``quick``: an environment that
+    does I/O keeps its time limit whatever it declares."""
+    if has_async_hooks(env):
+        return EnvCalls.ASYNC
+    return EnvCalls.QUICK if env.quick else EnvCalls.BLOCKING
+
+
+class HostedEnv(Protocol):
+    """One environment as a host runs it, wherever it lives. ``name`` is the environment's name;
+    ``calls`` says how its calls run: the engine gives :attr:`EnvCalls.QUICK` ones no time limit."""
 
     name: str
+    calls: EnvCalls
 
     async def reset(self, task: Task, seed: int) -> Observation: ...
 
@@ -35,8 +51,13 @@ class EnvSession(Protocol):
 
 
 class EnvHost(Protocol):
-    async def open(self, factory: Callable[[], Env]) -> EnvSession:
+    async def open(self, factory: Callable[[], Env]) -> HostedEnv:
         """A new environment made by ``factory`` (which may have to travel to another process)."""
+        ...
+
+    def opens_quickly(self, factory: Callable[[], Env]) -> bool:
+        """Whether ``open(factory)`` returns at once (it has made a quick environment before):
+        the engine then sets no time limit on it."""
         ...
 
     def shutdown(self) -> None:
@@ -45,9 +66,9 @@ class EnvHost(Protocol):
 
 
 class ThreadHost:
-    """Environments in this process; their calls run on ``size`` daemon threads. An
-    environment that overrides ``areset``/``astep`` runs those as coroutines instead, and a
-    ``quick`` one runs its calls directly (a thread hop costs more than a procedural step).
+    """Environments in this process; their calls run on ``size`` daemon threads, or as they
+    :func:`env_calls` says: an environment with async hooks runs its coroutines on the event loop,
+    a ``quick`` one runs its calls directly (a thread hop costs more than a procedural step).
     Daemon threads, because a call that never returns must not keep the process alive at exit."""
 
     def __init__(self, size: int):
@@ -62,11 +83,15 @@ class ThreadHost:
         self._replaced = 0
         self._lock = threading.Lock()
 
-    async def open(self, factory: Callable[[], Env]) -> _ThreadSession:
-        env = factory() if factory in self._quick_factories else await self.run(factory)
-        if env.quick:
+    async def open(self, factory: Callable[[], Env]) -> _InProcessEnv:
+        env = factory() if self.opens_quickly(factory) else await self.run(factory)
+        hosted = _InProcessEnv(self, env)
+        if hosted.calls is EnvCalls.QUICK:
             self._quick_factories.add(factory)
-        return _ThreadSession(self, env)
+        return hosted
+
+    def opens_quickly(self, factory: Callable[[], Env]) -> bool:
+        return factory in self._quick_factories
 
     def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """``fn(*args)`` on a pool thread, as a future of the running event loop. Cancelling the
@@ -123,34 +148,33 @@ class ThreadHost:
             self._jobs.put(None)
 
 
-class _ThreadSession:
+class _InProcessEnv:
+    """An environment of this process, called as its :class:`EnvCalls` says."""
+
     def __init__(self, host: ThreadHost, env: Env):
-        self.host, self.env, self.name, self.quick = host, env, env.name, env.quick
-        # an environment's own coroutines run on the event loop; its blocking calls go to a thread
-        native = has_async_hooks(env)
-        self.async_reset, self.async_step = native or _overrides(env, "areset"), native or _overrides(env, "astep")
+        self.host, self.env, self.name, self.calls = host, env, env.name, env_calls(env)
 
     async def reset(self, task: Task | Callable[[], Task], seed: int) -> Observation:
         """``task`` may be a function that loads it: it is then called on the thread that runs
         the reset, so a task source that does I/O costs no extra thread hop."""
-        if self.async_reset or self.env.quick:
-            if not isinstance(task, Task):
-                task = await self.host.run(task)
-            return await self.env.areset(task, seed) if self.async_reset else self.env.reset(task, seed)
-        return await self.host.run(self._reset, task, seed)
+        if self.calls is EnvCalls.BLOCKING:
+            return await self.host.run(self._reset, task, seed)
+        if not isinstance(task, Task):
+            task = await self.host.run(task)
+        return await self.env.areset(task, seed) if self.calls is EnvCalls.ASYNC else self.env.reset(task, seed)
 
     def _reset(self, task: Task | Callable[[], Task], seed: int) -> Observation:
         return self.env.reset(task if isinstance(task, Task) else task(), seed)
 
     async def step(self, action: Message) -> StepResult:
-        if self.async_step:
+        if self.calls is EnvCalls.ASYNC:
             return await self.env.astep(action)
-        if self.env.quick:
+        if self.calls is EnvCalls.QUICK:
             return self.env.step(action)
         return await self.host.run(self.env.step, action)
 
     async def close(self) -> None:
-        if self.env.quick:
+        if self.calls is EnvCalls.QUICK:
             _close_quietly(self.env)
         else:
             self.host.run(_close_quietly, self.env)  # not awaited: closing must not hold up the episode
@@ -168,43 +192,8 @@ def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None)
         future.set_exception(exc)
 
 
-def _overrides(env: Env, method: str) -> bool:
-    own = getattr(type(env), method, None)
-    return own is not None and own is not getattr(Env, method)
-
-
 def _close_quietly(env: Env) -> None:
     try:
         env.close()
     except Exception:  # noqa: BLE001 - closing must not turn a finished episode into a failure
         pass
-
-
-def make_host(
-    threads: int,
-    *,
-    env_servers: Sequence[str] = (),
-    token: str | None = None,
-    ray: bool = False,
-    ray_address: str | None = None,
-    ray_actors: int = 2,
-) -> EnvHost:
-    """Where ``ludus eval`` and ``ludus train`` run environments: ``threads`` threads here (the
-    default), sessions on env servers (:class:`~ludus.rollout.remote.ServerHost`), or Ray actors
-    (:class:`~ludus.rollout.ray_host.RayHost`) sharing ``threads`` calls at once among them."""
-    if env_servers and ray:
-        raise ValueError("environments run on env servers or on Ray actors, not both: drop one of the two")
-    if env_servers:
-        from ludus.rollout.remote import ServerHost
-
-        return ServerHost(env_servers, token=token)
-    if ray:
-        from ludus.rollout.ray_host import RayHost
-
-        if ray_actors < 1:
-            raise ValueError(f"Ray actors must be at least 1, got {ray_actors}")
-        per_actor = -(-threads // ray_actors)  # the same calls at once in all as without Ray
-        # on this machine alone, the actors share its cores; on a cluster each reserves one
-        cpus = 1.0 if ray_address else min(1.0, (os.cpu_count() or 1) / ray_actors)
-        return RayHost(ray_actors, per_actor, address=ray_address, num_cpus_per_actor=cpus)
-    return ThreadHost(threads)

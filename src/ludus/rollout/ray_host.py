@@ -7,7 +7,7 @@
     finally:
         host.shutdown()
 
-Each actor is a process that holds many environments, keyed by session id, and runs their blocking
+Each actor is a process that holds many environments, keyed by an id, and runs their blocking
 ``reset``/``step`` calls on its own threads (a :class:`ThreadHost` inside the actor), so a slow step
 holds up only its own episode. The factory travels to the actor with Ray's cloudpickle (a lambda
 works); tasks, actions and results cross as their ``to_dict()`` JSON and are rebuilt on the other
@@ -15,7 +15,7 @@ side (see :class:`RayHost`).
 
 Failures keep the engine's rules: an exception raised by an environment reaches the engine as that
 exception; an actor that dies (a crash, a killed process, a lost node) fails the pending and later
-calls of its sessions with :class:`ActorDied` — never a hang — and is replaced for new sessions.
+calls of its environments with :class:`ActorDied` — never a hang — and is replaced for new ones.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, StepResult, Task
-from ludus.rollout.hosts import EnvSession, ThreadHost
+from ludus.rollout.hosts import EnvCalls, HostedEnv, ThreadHost
 
 READY_TIMEOUT_S = 120.0  # how long RayHost() waits for its actors to start before saying why they did not
 
@@ -49,44 +49,44 @@ def _import_ray() -> Any:
 
 
 class _EnvActor:
-    """The actor: environments by session id, their calls on ``threads`` threads of this process.
+    """The actor: environments by id, their calls on ``threads`` threads of this process.
 
     An async actor, so that one hung environment call occupies one thread, never the actor."""
 
     def __init__(self, threads: int):
         self._host = ThreadHost(threads)
-        self._sessions: dict[int, EnvSession] = {}
+        self._envs: dict[int, HostedEnv] = {}
 
     async def pid(self) -> int:
         return os.getpid()
 
-    async def open(self, sid: int, factory: Callable[[], Env]) -> str:
-        session = await self._host.open(factory)
-        self._sessions[sid] = session
-        return session.name
+    async def open(self, eid: int, factory: Callable[[], Env]) -> str:
+        env = await self._host.open(factory)
+        self._envs[eid] = env
+        return env.name
 
-    async def reset(self, sid: int, task: dict[str, Any], seed: int) -> dict[str, Any]:
-        return (await self._sessions[sid].reset(Task.from_dict(task), seed)).to_dict()
+    async def reset(self, eid: int, task: dict[str, Any], seed: int) -> dict[str, Any]:
+        return (await self._envs[eid].reset(Task.from_dict(task), seed)).to_dict()
 
-    async def step(self, sid: int, action: dict[str, Any]) -> dict[str, Any]:
-        return (await self._sessions[sid].step(Message.from_dict(action))).to_dict()
+    async def step(self, eid: int, action: dict[str, Any]) -> dict[str, Any]:
+        return (await self._envs[eid].step(Message.from_dict(action))).to_dict()
 
-    async def close(self, sid: int) -> None:
-        session = self._sessions.pop(sid, None)
-        if session is not None:
-            await session.close()  # queues the close on a thread; returns at once
+    async def close(self, eid: int) -> None:
+        env = self._envs.pop(eid, None)
+        if env is not None:
+            await env.close()  # queues the close on a thread; returns at once
 
 
 @dataclass(eq=False)
 class _Actor:
     handle: Any
-    sessions: int = 0  # sessions open on it: new sessions go to the least loaded actor
+    envs: int = 0  # environments open on it: new ones go to the least loaded actor
     dead: bool = False
 
 
 class RayHost:
     """Environments in ``actors`` Ray actors, each running up to ``envs_per_actor`` environment
-    calls at once (more sessions than that may live on an actor; their calls wait for a thread).
+    calls at once (more environments than that may live on an actor; their calls wait for a thread).
 
     ``address``: an existing cluster (``"auto"`` for the one ``ray start`` or ``RAY_ADDRESS``
     names, ``"HOST:PORT"``, ``"ray://HOST:10001"``); ``None`` starts a Ray instance local to this
@@ -174,28 +174,31 @@ class RayHost:
                 f"(available: {ray.available_resources().get('CPU', 0)}); lower actors or num_cpus_per_actor"
             )
 
-    async def open(self, factory: Callable[[], Env]) -> _RaySession:
+    async def open(self, factory: Callable[[], Env]) -> _ActorEnv:
         """A new environment on the least loaded actor; an actor found dead is replaced, once."""
         try:
             return await self._open_on(self._least_loaded(), factory)
         except ActorDied:
             return await self._open_on(self._least_loaded(), factory)
 
-    async def _open_on(self, actor: _Actor, factory: Callable[[], Env]) -> _RaySession:
-        session = _RaySession(self, actor, next(self._ids))
-        actor.sessions += 1
+    def opens_quickly(self, factory: Callable[[], Env]) -> bool:
+        return False  # an actor call, which may wait on a dead actor or a slow factory
+
+    async def _open_on(self, actor: _Actor, factory: Callable[[], Env]) -> _ActorEnv:
+        env = _ActorEnv(self, actor, next(self._ids))
+        actor.envs += 1
         try:
-            session.name = await session.call("open", factory)
+            env.name = await env.call("open", factory)
         except BaseException:
-            actor.sessions -= 1
+            actor.envs -= 1
             raise
-        return session
+        return env
 
     def _least_loaded(self) -> _Actor:
-        return min(self._actors, key=lambda a: a.sessions)
+        return min(self._actors, key=lambda a: a.envs)
 
     def _lost(self, actor: _Actor) -> None:
-        """``actor`` died: a fresh one takes its place for new sessions."""
+        """``actor`` died: a fresh one takes its place for new environments."""
         if actor.dead:
             return
         actor.dead = True
@@ -217,11 +220,13 @@ class RayHost:
         self._initialised = False
 
 
-class _RaySession:
-    """One environment in an actor; every call is an awaited actor call."""
+class _ActorEnv:
+    """An environment in a Ray actor, as the engine runs it: every call is an awaited actor call."""
 
-    def __init__(self, host: RayHost, actor: _Actor, sid: int):
-        self.host, self.actor, self.sid, self.name = host, actor, sid, ""
+    calls = EnvCalls.ASYNC
+
+    def __init__(self, host: RayHost, actor: _Actor, eid: int):
+        self.host, self.actor, self.eid, self.name = host, actor, eid, ""
 
     async def reset(self, task: Task, seed: int) -> Observation:
         return Observation.from_dict(await self.call("reset", task.to_dict(), seed))
@@ -230,7 +235,7 @@ class _RaySession:
         return StepResult.from_dict(await self.call("step", action.to_dict()))
 
     async def close(self) -> None:
-        self.actor.sessions -= 1
+        self.actor.envs -= 1
         if not self.actor.dead:
             try:
                 await self.call("close")
@@ -244,7 +249,7 @@ class _RaySession:
         if self.actor.dead:
             raise ActorDied(f"the Ray actor holding this environment died before this {method} (see its first error)")
         try:
-            return await getattr(self.actor.handle, method).remote(self.sid, *args)
+            return await getattr(self.actor.handle, method).remote(self.eid, *args)
         except ray.exceptions.RayActorError as exc:
             self.host._lost(self.actor)
             raise ActorDied(

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -35,6 +35,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from ludus.core.env import Env, Split
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec
+from ludus.rollout.hosts import EnvCalls
 
 REMOTE_KEY = "ludus_remote"  # Task.info key of a task that the server holds: {"split", "index"}
 REDACTED = "<redacted>"  # what /info shows for a secret or a seed in env_args
@@ -99,6 +100,11 @@ class RemoteEnvError(RuntimeError):
     def __init__(self, kind: str, message: str, status: int | None = None):
         super().__init__(message)
         self.kind, self.status = kind, status
+
+
+class UnusableEnvServer(ValueError):
+    """An env server that cannot stand in for the environment asked for: unreachable, refusing,
+    serving another environment or other ``env_args``."""
 
 
 class Connection:
@@ -423,6 +429,31 @@ class RemoteEnv(Env):
         self.connection.close()
 
 
+def env_server_factory(
+    url: str, name: str, env_args: Mapping[str, Any] | None, *, token: str | None = None
+) -> tuple[Callable[[], RemoteEnv], RemoteEnv]:
+    """``(factory, first)``: :class:`RemoteEnv` makers on ``url``, checked by making the first,
+    which the caller uses and closes. The server must serve ``name``; ``env_args`` ``None`` takes
+    the server's, a mapping must equal them as :func:`redacted_env_args` shows both (seeds and
+    secrets are hidden on the server: those must be set on both sides or on neither). Raises
+    :class:`UnusableEnvServer` saying what to change."""
+    try:
+        first = RemoteEnv(url, token=token)
+    except RemoteEnvError as exc:
+        raise UnusableEnvServer(f"cannot use the env server: {exc}") from exc
+    served, wanted = first.env_args, None if env_args is None else redacted_env_args(dict(env_args))
+    if first.name != name or (wanted is not None and served is not None and served != wanted):
+        first.close()
+        if first.name != name:
+            raise UnusableEnvServer(f"the env server at {url} serves {first.name!r}, not {name!r}")
+        raise UnusableEnvServer(
+            f"the env server at {url} serves {name} with env_args {served}, not {wanted}: start the server with "
+            f"--env-args '{json.dumps(dict(env_args or {}))}' or use the server's env_args ({REDACTED}: a seed or "
+            "secret, set on both sides or on neither)"
+        )
+    return (lambda: RemoteEnv(url, token=token)), first
+
+
 class ServerHost:
     """The rollout engine's environments on env servers: each new episode opens a session on the
     reachable server with the fewest open sessions; a server that fails is avoided for a while.
@@ -446,8 +477,11 @@ class ServerHost:
             raise ValueError(f"the env servers serve different environments: {names}")
         self.name = next(iter(names.values()))
 
-    async def open(self, factory: Callable[[], Env] | None = None) -> _RemoteSession:
-        return _RemoteSession(self)
+    async def open(self, factory: Callable[[], Env] | None = None) -> _ServerEnv:
+        return _ServerEnv(self)
+
+    def opens_quickly(self, factory: Callable[[], Env] | None = None) -> bool:
+        return True  # opening makes nothing and sends nothing: the server session starts at reset
 
     def pick(self, avoid: _Server | None = None) -> _Server:
         now = time.monotonic()
@@ -472,8 +506,11 @@ class _Server:
         self.idle: list[str] = []  # ids of finished sessions, ready for another episode
 
 
-class _RemoteSession:
-    """One episode's session: on the server chosen at reset (another is tried if that fails)."""
+class _ServerEnv:
+    """An environment on an env server, as the engine runs it: a server session, on the server
+    chosen at reset (another is tried if that fails); its calls are requests, awaited."""
+
+    calls = EnvCalls.ASYNC
 
     def __init__(self, host: ServerHost):
         self.host, self.name = host, host.name
@@ -535,7 +572,9 @@ __all__ = [
     "RemoteEnvError",
     "RemoteTasks",
     "ServerHost",
+    "UnusableEnvServer",
     "REDACTED",
     "REMOTE_KEY",
+    "env_server_factory",
     "redacted_env_args",
 ]

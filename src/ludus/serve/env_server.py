@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ludus.core.env import Env, EnvStateError
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
-from ludus.rollout.hosts import ThreadHost
+from ludus.rollout.hosts import EnvCalls, ThreadHost
 from ludus.rollout.remote import redacted_env_args
 from ludus.serve.browser import BrowserGuard, BrowserRules
 
@@ -140,9 +140,11 @@ class Refusal(Exception):
 
 
 @dataclass(eq=False)
-class _Session:
+class _ClientSession:
+    """A client's session: its environment on this server and the state of its episode."""
+
     id: str
-    env: Any  # the host's EnvSession; ``.env`` is the Env itself
+    env: Any  # the environment as the ThreadHost runs it (a HostedEnv); ``.env`` is the Env itself
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     turn: int = 0  # steps completed in the current episode
     running: bool = False  # an episode is under way
@@ -219,7 +221,7 @@ class EnvServer:
         finally:
             probe.close()
         self._host: ThreadHost | None = None
-        self.sessions: dict[str, _Session] = {}
+        self.sessions: dict[str, _ClientSession] = {}
         self.pending = 0
         self.draining = False
         self.counts: Counter[str] = Counter()
@@ -259,13 +261,15 @@ class EnvServer:
                     503, "too_many_sessions", f"all {self.limits.max_sessions} sessions are in use: close some", 1.0
                 )
             env = await self._call(self.host.open(self.factory), "environment construction")
-            session = self.sessions.setdefault(sid, _Session(sid, env))
+            session = self.sessions.setdefault(sid, _ClientSession(sid, env))
             created = session.env is env
             if not created:  # a concurrent retry created it first
                 await env.close()
         async with session:
             try:
-                obs: Observation = await self._call(session.env.reset(task, seed), "reset", quick=session.env.quick)
+                obs: Observation = await self._call(
+                    session.env.reset(task, seed), "reset", quick=session.env.calls is EnvCalls.QUICK
+                )
             except Refusal as refusal:
                 if refusal.kind == "timeout" or created:
                     await self._drop(session)  # its thread may never come back; a new session holds no episode
@@ -293,7 +297,9 @@ class EnvServer:
             if turn is not None and turn != session.turn:
                 raise Refusal(409, "wrong_turn", f"the episode is at turn {session.turn}, the request says {turn}")
             try:
-                result: StepResult = await self._call(session.env.step(action), "step", quick=session.env.quick)
+                result: StepResult = await self._call(
+                    session.env.step(action), "step", quick=session.env.calls is EnvCalls.QUICK
+                )
             except (EnvStateError, TypeError) as exc:
                 raise Refusal(400, "bad_request", str(exc)) from None
             except Refusal as refusal:
@@ -347,7 +353,7 @@ class EnvServer:
             self._host = ThreadHost(self.limits.threads)
         return self._host
 
-    def _session(self, body: dict[str, Any]) -> _Session:
+    def _session(self, body: dict[str, Any]) -> _ClientSession:
         session = self.sessions.get(_session_id(body))
         if session is None:
             raise Refusal(
@@ -426,7 +432,7 @@ class EnvServer:
                     self._expired[task] = True
                     task.cancel()
 
-    async def _drop(self, session: _Session) -> None:
+    async def _drop(self, session: _ClientSession) -> None:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
             session.running = False

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -23,6 +22,39 @@ LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 TurnCredit = Literal["episode", "reward_to_go"]
 ImportanceRatio = Literal["token", "sequence"]
 ImportanceMode = Literal["truncate", "mask"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """What one GRPO step reads (train/grpo.py: rewards, advantages, samples, the loss and the
+    update), so the loss depends on these alone and not on the whole run. Made by
+    :meth:`TrainConfig.loss`; each field means what the ``TrainConfig`` field of its name does."""
+
+    # rewards and advantages
+    scale_rewards: Scale
+    turn_credit: TurnCredit
+    max_tokens: int
+    overlong_buffer: int
+    overlong_penalty: float
+    overlong_filter: bool
+    # the loss
+    eps_low: float
+    eps_high: float
+    beta: float
+    entropy_coef: float
+    loss_agg: LossAgg
+    importance_ratio: ImportanceRatio
+    importance_cap: float
+    importance_mode: ImportanceMode
+    # the update
+    ppo_epochs: int
+    minibatches: int
+    max_grad_norm: float
+    temperature: float
+    max_staleness: int
+    rollout_server: bool  # the samples come from an inference server, not from the learner here
+    rollout_correction: bool
+    rollout_logprob_tolerance: float
 
 
 class ConfigError(ValueError):
@@ -242,6 +274,9 @@ class TrainConfig:
     def _validate_tasks(self) -> None:
         """The mixture's entries and the curriculum's settings (the environments themselves are
         checked when the run makes them)."""
+        default = TrainConfig()
+        if self.envs and (self.env, self.env_args) != (default.env, default.env_args):
+            raise ConfigError("config fields 'env'/'env_args' and 'envs' both name the run's environments: keep one")
         labels: list[str] = []
         for i, entry in enumerate(self.envs):
             where = f"config field 'envs' entry {i}"
@@ -310,12 +345,13 @@ class TrainConfig:
                 f"config field 'rollout_server' must be the /v1 URL of an OpenAI-compatible server, e.g. "
                 f"http://127.0.0.1:8000/v1; got {self.rollout_server!r}"
             )
-        kind = None
-        try:
-            kind = json.loads((Path(self.model.removeprefix("hf:")) / "config.json").read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
-            pass
-        if self.model == "tiny" or kind == "tiny":
+        from ludus.policies import saved_kind  # noqa: PLC0415 - reading a config's fields (train --help) needs no policies
+
+        try:  # model is tiny, hf:PATH or a folder with a config.json (_validate_model)
+            tiny = self.model == "tiny" or (not self.model.startswith("hf:") and saved_kind(self.model) == "tiny")
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"config field 'model' ({self.model!r}): {exc}") from None
+        if tiny:
             raise ConfigError(
                 "config field 'rollout_server' needs a transformers model that the server loads too (model: "
                 f"hf:PATH); model is {self.model!r}, the embedded tiny model, which generates in this process only"
@@ -349,6 +385,11 @@ class TrainConfig:
                 f"checkpoints/step_NNNNNN/) or hf:PATH (a local transformers checkpoint); {str(folder)!r} is not "
                 "such a folder (no config.json there)"
             )
+
+    def loss(self) -> LossConfig:
+        """The fields one GRPO step reads (train/grpo.py)."""
+        same = {f.name: getattr(self, f.name) for f in dataclasses.fields(LossConfig) if f.name != "rollout_server"}
+        return LossConfig(**same, rollout_server=bool(self.rollout_server))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -448,8 +489,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         parsed = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in overrides.items()}
         _apply(config, parsed, " (from the command line)")
         given |= set(parsed)
-    if config.envs and (config.env, config.env_args) != (TrainConfig.env, TrainConfig().env_args):
-        raise ConfigError("config fields 'env'/'env_args' and 'envs' both name the run's environments: keep one")
     if "env" in given and "env_args" not in given and config.env != TrainConfig.env:
         config.env_args = {}  # the default env_args belong to the default environment
     config.validate()

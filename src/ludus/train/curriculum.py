@@ -266,32 +266,53 @@ class TaskPicker:
             self.rng.setstate((version, tuple(internal), gauss))
 
 
-def build_picker(config: TrainConfig, single: Callable[[], Env]) -> TaskPicker:
+def build_picker(
+    config: TrainConfig, single: Callable[[], Env], first: Env | None = None
+) -> tuple[TaskPicker, list[Env]]:
     """The picker of a run's environments (``config.env_entries()``), each split into its
-    difficulty levels with ``curriculum``. ``single`` makes the environment of a run of one
-    environment without a curriculum (it may be an env server's)."""
+    difficulty levels with ``curriculum``, and the environment made for each arm to read its
+    tasks (and check its arguments), in the picker's order and still open: the start of a run
+    reads them too (context sizing, the warm start), then closes them. ``single`` makes the
+    environment of a run of one environment without a curriculum (it may be an env server's);
+    ``first`` is one it has made already (the check of its arguments), used instead of another."""
     entries = config.env_entries()
     ladders: list[tuple[list[Arm], float]] = []
-    for entry in entries:
-        name, args, label = entry["name"], entry["args"], entry["label"]
-        levels: list[int | None] = [None]
-        if config.curriculum:
-            levels = list(_levels(config, name, args, label))
-        arms = []
-        for level in levels:
-            if not config.envs and level is None:
-                make = single
-            else:
-                try:
-                    make = registry.factory(name, args if level is None else {**args, "difficulty": level})
-                except (registry.UnknownEnvError, registry.EnvLoadError, TypeError) as exc:
-                    raise ConfigError(f"config field 'envs': {label}: {exc}") from None
-            arms.append(_arm(make, label, level, config.eval_size))
-        ladders.append((arms, entry["weight"]))
+    made: list[Env] = []
+    try:
+        for entry in entries:
+            ladders.append((_ladder(config, entry, single, first, made), entry["weight"]))
+    except BaseException:
+        for env in made:
+            env.close()
+        raise
     settings = CurriculumSettings(
         (config.curriculum_band[0], config.curriculum_band[1]), config.curriculum_window, config.curriculum_review
     )
-    return TaskPicker(ladders, seed=config.seed, curriculum=settings, revisit=config.revisit)
+    return TaskPicker(ladders, seed=config.seed, curriculum=settings, revisit=config.revisit), made
+
+
+def _ladder(
+    config: TrainConfig, entry: dict[str, Any], single: Callable[[], Env], first: Env | None, made: list[Env]
+) -> list[Arm]:
+    """One environment's arms (one per level with a curriculum), each made environment added to ``made``."""
+    name, args, label = entry["name"], entry["args"], entry["label"]
+    levels: list[int | None] = [None]
+    if config.curriculum:
+        levels = list(_levels(config, name, args, label))
+    arms = []
+    for level in levels:
+        if not config.envs and level is None:
+            make, env = single, first
+        else:
+            try:
+                make = registry.factory(name, args if level is None else {**args, "difficulty": level})
+            except (registry.UnknownEnvError, registry.EnvLoadError, TypeError) as exc:
+                raise ConfigError(f"config field 'envs': {label}: {exc}") from None
+            env = None
+        arm, env = _arm(make, label, level, config.eval_size, env)
+        made.append(env)
+        arms.append(arm)
+    return arms
 
 
 def _levels(config: TrainConfig, name: str, args: dict[str, Any], label: str) -> tuple[int, ...]:
@@ -315,17 +336,19 @@ def _levels(config: TrainConfig, name: str, args: dict[str, Any], label: str) ->
     return levels
 
 
-def _arm(make: Callable[[], Env], label: str, level: int | None, eval_size: int) -> Arm:
-    """An arm with its train stream and held-out tasks, from one environment made now (which
-    also checks that the arguments fit)."""
-    try:
-        env = make()
-    except (TypeError, ValueError) as exc:
-        where = label if level is None else f"{label} at difficulty {level}"
-        raise ConfigError(f"the environment arguments of {where} do not fit: {exc}") from exc
+def _arm(make: Callable[[], Env], label: str, level: int | None, eval_size: int, env: Env | None) -> tuple[Arm, Env]:
+    """An arm with its train stream and held-out tasks, read from ``env`` or from one environment
+    made now (which also checks that the arguments fit); that environment, open."""
+    if env is None:
+        try:
+            env = make()
+        except (TypeError, ValueError) as exc:
+            where = label if level is None else f"{label} at difficulty {level}"
+            raise ConfigError(f"the environment arguments of {where} do not fit: {exc}") from exc
     try:
         source = env.task_source("eval")
         size = eval_size if source.size is None else min(eval_size, source.size)
-        return Arm(label, level, make, env.task_source("train"), tuple(source.get(i) for i in range(size)))
-    finally:
+        return Arm(label, level, make, env.task_source("train"), tuple(source.get(i) for i in range(size))), env
+    except BaseException:
         env.close()
+        raise

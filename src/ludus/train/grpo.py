@@ -11,6 +11,8 @@
 5. **The update** — ``ppo_epochs`` passes of ``minibatches`` gradient steps (:func:`update`).
 
 The trainer (``trainer.py``) owns the loop around it: sampling, evaluation, checkpoints, logging.
+The step reads its settings from a :class:`~ludus.train.config.LossConfig` (``TrainConfig.loss()``),
+never the whole training config.
 
 Advantages (one reward per sample, ``G`` samples per prompt):
 
@@ -89,7 +91,7 @@ import torch
 
 from ludus.core.types import Trajectory
 from ludus.policies.base import TrainablePolicy
-from ludus.train.config import ImportanceMode, ImportanceRatio, LossAgg, Scale, TrainConfig
+from ludus.train.config import ImportanceMode, ImportanceRatio, LossAgg, LossConfig, Scale
 
 SCALES: tuple[str, ...] = get_args(Scale)
 LOSS_AGGS: tuple[str, ...] = get_args(LossAgg)
@@ -168,7 +170,7 @@ def rewards_and_validity(groups: Sequence[Sequence[Trajectory]]) -> tuple[torch.
     return rewards, valid
 
 
-def overlong_penalty(length: int, config: TrainConfig) -> float:
+def overlong_penalty(length: int, config: LossConfig) -> float:
     """DAPO's soft overlong punishment of one turn of ``length`` completion tokens (≤ 0)."""
     buffer = config.overlong_buffer
     if not buffer:
@@ -177,7 +179,7 @@ def overlong_penalty(length: int, config: TrainConfig) -> float:
     return -config.overlong_penalty * min(1.0, max(0.0, excess / buffer))
 
 
-def shaped_rewards(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def shaped_rewards(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`rewards_and_validity` with the soft overlong punishment of every turn added (valid samples only)."""
     rewards, valid = rewards_and_validity(groups)
     if config.overlong_buffer:
@@ -188,13 +190,13 @@ def shaped_rewards(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) 
     return rewards, valid
 
 
-def has_signal(group: Sequence[Trajectory], config: TrainConfig) -> bool:
+def has_signal(group: Sequence[Trajectory], config: LossConfig) -> bool:
     """Whether a group's measured (shaped) rewards differ: GRPO learns nothing from one where they do not."""
     rewards, valid = shaped_rewards([group], config)
     return len(set(rewards[valid].tolist())) > 1
 
 
-def advantages_per_turn(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[list[float]]:
+def advantages_per_turn(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> list[list[float]]:
     """The advantage of every turn of every trajectory (groups flattened in order), by ``turn_credit``."""
     rewards, valid = shaped_rewards(groups, config)
     trajs = [t for group in groups for t in group]
@@ -226,7 +228,7 @@ class Sample:
     policy_version: int = 0  # the version of the weights that sampled it
 
 
-def build_samples(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> list[Sample]:
+def build_samples(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> list[Sample]:
     """Every turn of every trajectory as a :class:`Sample`, except turns with advantage 0 when
     there is no KL term (they would contribute no gradient, so they cost compute for nothing)
     and, with ``overlong_filter``, turns cut off at ``max_tokens``."""
@@ -239,7 +241,7 @@ def build_samples(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -
     ]
 
 
-def overlong_metrics(groups: Sequence[Sequence[Trajectory]], config: TrainConfig) -> dict[str, float]:
+def overlong_metrics(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> dict[str, float]:
     """The step's share of turns cut off at ``max_tokens`` and mean overlong penalty per episode."""
     turns = [turn for group in groups for t in group for turn in t.turns]
     penalties = [sum(overlong_penalty(len(turn.completion_ids), config) for turn in t.turns) for g in groups for t in g]
@@ -447,7 +449,7 @@ def logprob_gap(samples: list[Sample], proximal: Sequence[torch.Tensor], version
     }
 
 
-def update(learner: Learner, samples: list[Sample], config: TrainConfig) -> dict[str, float]:
+def update(learner: Learner, samples: list[Sample], config: LossConfig) -> dict[str, float]:
     """``ppo_epochs`` passes of ``minibatches`` clipped-ratio updates over ``samples``; the mean
     loss statistics of the updates and the step's :func:`logprob_gap`.
 

@@ -1,18 +1,23 @@
-"""Asynchronous training's sampler: groups sampled ahead by a copy of the policy, with a hard
-bound on how stale they may be when the learner uses them.
+"""Where a training step's groups come from: one :class:`Sampler` shape, two ways.
 
     learner:  take(step) ─▶ update ─▶ advance(policy) ─▶ take(step + 1) ─▶ …
-    sampler:  (its own thread and event loop) the rollout engine runs groups with the
-              *behaviour* copy of the weights, which ``advance`` refreshes after every update
 
-Why: in lockstep the model samples, then learns, then samples again, so the CPU/GPU does one
-thing at a time. Here sampling for the next steps overlaps the update, at the price of samples
-drawn by weights up to ``max_staleness`` updates old. The trainer corrects for that with
-importance weights (see ``grpo.policy_loss``); this module guarantees the bound.
+* :class:`LockstepSampler` (``max_staleness: 0``, the default) samples a step's groups when the
+  learner asks, with the current weights: seeded runs are reproducible and resume exactly.
+* :class:`AheadSampler` (``max_staleness: k``) samples in its own thread and event loop with
+  the *behaviour* copy of the weights, which ``advance`` refreshes after every update, so that
+  sampling the next steps overlaps the update — at the price of samples up to ``k`` updates old,
+  which the loss corrects with importance weights (``grpo.policy_loss``).
 
-The bound, exactly. A group admitted while the behaviour weights are at version ``v`` has the
-deadline ``v + max_staleness``: it must be in the learner's batch no later than step
-``deadline``. Each step takes exactly ``groups_per_step`` groups. Two rules keep every
+Either may sample on an inference server instead of this process (``behaviour``: the client of
+policies/rollout_server.py, which ``advance`` pushes the new weights to). Both number groups by
+their place in the task stream (:func:`ludus.rollout.engine.requests`), which seeds their samples,
+and report a :class:`StreamPosition` for checkpoints. With dynamic sampling both set aside
+groups without reward variance (:meth:`Sampler.keeps`), each within its own budget.
+
+The ahead sampler's bound, exactly. A group admitted while the behaviour weights are at version
+``v`` has the deadline ``v + max_staleness``: it must be in the learner's batch no later than
+step ``deadline``. Each step takes exactly ``groups_per_step`` groups. Two rules keep every
 deadline met without dropping a slow, hard task:
 
 * admission control — a new group is admitted only while every unconsumed group (running or
@@ -32,7 +37,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import math
 import threading
+import time
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -56,6 +64,7 @@ class BehaviourPolicy(Policy):
 
     def __init__(self, policy: TrainablePolicy):
         self.inner = copy.deepcopy(policy)
+        self.inner.module.eval()  # it only samples, whatever mode the learner is in when copied
         self.version = policy.version
         self._lock = threading.Lock()
 
@@ -127,6 +136,138 @@ class StreamPosition:
     replay: tuple[int, ...] = ()
 
 
+Group = tuple[Pick, list[Trajectory]]  # a task's pick and its group_size trajectories, sorted by sample
+
+
+@dataclass
+class Batch:
+    """What a step gets: the groups to learn from, every group sampled for it (those dynamic
+    sampling set aside too: the step's metrics read them all), lockstep dynamic sampling's rounds,
+    and how long the learner waited for a sampler ahead of it (``None``: it sampled them itself)."""
+
+    kept: list[Group]
+    sampled: list[Group]
+    rounds: int = 0
+    wait_s: float | None = None
+
+
+class Sampler(ABC):
+    """Where a step's groups come from: ``take(step)`` for each step, ``advance(policy)`` after each
+    update, ``position()`` for a checkpoint, ``close()`` at the end.
+
+    ``policy`` is the learner's. ``behaviour``, if given, samples in its place and gets its
+    weights through ``sync`` (an inference server's client); by default the sampler's own
+    (:meth:`_own_behaviour`). The task stream continues from ``start``. ``generator`` seeds
+    sampling: the trainer gives a lockstep sampler the learner's, so that one seeded stream makes
+    the whole run reproducible; by default one seeded from ``config.seed`` and the start step."""
+
+    def __init__(
+        self,
+        policy: TrainablePolicy,
+        env_factory: Callable[[], Env],
+        picker: TaskPicker,
+        sampling: SamplingParams,
+        config: TrainConfig,
+        host: EnvHost,
+        start: StreamPosition = StreamPosition(),
+        *,
+        generator: torch.Generator | None = None,
+        behaviour: SyncedPolicy | None = None,
+    ):
+        self.policy, self.picker, self.config = policy, picker, config
+        self.behaviour = behaviour if behaviour is not None else self._own_behaviour(policy)
+        self._loss = config.loss()
+        self._engine = RolloutEngine(
+            self.behaviour if self.behaviour is not None else policy,  # type: ignore[arg-type] - a Policy
+            env_factory,
+            sampling,
+            self._rollout_config(),
+            host=host,
+            generator=generator if generator is not None else torch.Generator().manual_seed(config.seed + start.step),
+        )
+        self._resume(start)
+
+    def _own_behaviour(self, policy: TrainablePolicy) -> SyncedPolicy | None:
+        """What samples without an inference server: the learner's policy itself (``None``)."""
+        return None
+
+    @abstractmethod
+    def _rollout_config(self) -> RolloutConfig:
+        """The engine's batching and bounds."""
+
+    @abstractmethod
+    def _resume(self, start: StreamPosition) -> None:
+        """Continue the task stream from ``start``."""
+
+    def start(self) -> None:
+        """Begin sampling (a sampler ahead of the learner starts its thread)."""
+
+    @abstractmethod
+    def take(self, step: int) -> Batch:
+        """The groups of ``step``: ``prompts_per_step`` of them (fewer only if dynamic sampling found
+        too few with a signal)."""
+
+    def advance(self, policy: TrainablePolicy) -> None:
+        """After an update: whatever samples gets the new weights (and version)."""
+        if self.behaviour is not None:
+            self.behaviour.sync(policy)
+
+    @abstractmethod
+    def position(self) -> StreamPosition:
+        """What a checkpoint needs to resume the task stream."""
+
+    def close(self) -> None:
+        """Stop sampling and release what sampling holds."""
+
+    def keeps(self, group: list[Trajectory]) -> bool:
+        """Dynamic sampling's rule (DAPO): a group is learned from only if its rewards differ."""
+        return not self.config.dynamic_sampling or has_signal(group, self._loss)
+
+
+class LockstepSampler(Sampler):
+    """A step's groups sampled when the learner asks, with its current weights, every live episode
+    of a turn in one batch in request order, so that a seeded generator makes a step reproducible
+    however the environments' threads are scheduled. With dynamic sampling, groups without reward
+    variance are set aside and more sampled — as many as the signal rate so far says are missing —
+    until the step has ``prompts_per_step`` or ``dynamic_sampling_rounds`` rounds ran."""
+
+    def _rollout_config(self) -> RolloutConfig:
+        batch = self.config.prompts_per_step * self.config.group_size
+        return RolloutConfig(lockstep=True, max_batch=batch, max_episodes=batch)
+
+    def _resume(self, start: StreamPosition) -> None:
+        self._next_step, self._next_group = start.step, start.next_group
+
+    def take(self, step: int) -> Batch:
+        c = self.config
+        self.policy.module.eval()
+        kept: list[Group] = []
+        sampled: list[Group] = []
+        rounds = 0
+        while True:
+            missing = c.prompts_per_step - len(kept)
+            rate = len(kept) / len(sampled) if sampled else 1.0
+            picks = [self.picker.pick() for _ in range(min(c.prompts_per_step, math.ceil(missing / max(rate, 0.25))))]
+            first, self._next_group = self._next_group, self._next_group + len(picks)
+            episodes = itertools.chain.from_iterable(
+                requests([pick.task], c.group_size, first=first + i, numbered=True, env=pick.arm.env)
+                for i, pick in enumerate(picks)
+            )
+            trajs = self._engine.run(episodes)
+            batch = [(pick, trajs[i * c.group_size : (i + 1) * c.group_size]) for i, pick in enumerate(picks)]
+            for pick, group in batch:
+                self.picker.observe(pick, group)
+            sampled += batch
+            kept += [(pick, group) for pick, group in batch if self.keeps(group)]
+            rounds += 1
+            if not c.dynamic_sampling or len(kept) >= c.prompts_per_step or rounds >= c.dynamic_sampling_rounds:
+                self._next_step = step + 1
+                return Batch(kept[: c.prompts_per_step], sampled, rounds)
+
+    def position(self) -> StreamPosition:
+        return StreamPosition(self._next_step, self._next_group)
+
+
 @dataclass
 class _Group:
     deadline: int
@@ -135,7 +276,7 @@ class _Group:
     trajectories: list[Trajectory] | None = None
 
 
-class AheadSampler:
+class AheadSampler(Sampler):
     """Samples GRPO groups of the tasks ``picker`` assigns ahead of the learner (see the module docstring),
     ``prompts_per_step`` groups of ``group_size`` per step, at most ``max_staleness`` updates old
     (fields of ``config``).
@@ -148,35 +289,25 @@ class AheadSampler:
     ``behaviour`` samples: by default a copy of ``policy`` in this process (:class:`BehaviourPolicy`);
     a rollout server's client (policies/rollout_server.py) samples on that server instead."""
 
-    def __init__(
-        self,
-        policy: TrainablePolicy,
-        env_factory: Callable[[], Env],
-        picker: TaskPicker,
-        sampling: SamplingParams,
-        config: TrainConfig,
-        host: EnvHost,
-        start: StreamPosition = StreamPosition(),
-        behaviour: SyncedPolicy | None = None,
-    ):
-        if config.max_staleness < 1:
-            raise ValueError(f"max_staleness must be >= 1 for sampling ahead, got {config.max_staleness}")
-        self.behaviour: SyncedPolicy = behaviour if behaviour is not None else BehaviourPolicy(policy)
+    behaviour: SyncedPolicy
+
+    def _own_behaviour(self, policy: TrainablePolicy) -> SyncedPolicy:
+        """A copy of the learner's policy, which samples in the sampler's thread."""
+        return BehaviourPolicy(policy)
+
+    def _rollout_config(self) -> RolloutConfig:
+        c = self.config
+        if c.max_staleness < 1:
+            raise ValueError(f"max_staleness must be >= 1 for sampling ahead, got {c.max_staleness}")
+        batch = c.prompts_per_step * c.group_size
+        return RolloutConfig(max_batch=batch, max_episodes=(c.max_staleness + 1) * batch)
+
+    def _resume(self, start: StreamPosition) -> None:
+        config = self.config
         self.groups_per_step, self.group_size = config.prompts_per_step, config.group_size
         self.max_staleness = config.max_staleness
-        batch = self.groups_per_step * self.group_size
-        self._engine = RolloutEngine(
-            self.behaviour,  # type: ignore[arg-type] - a Policy
-            env_factory,
-            sampling,
-            RolloutConfig(max_batch=batch, max_episodes=(self.max_staleness + 1) * batch),
-            host=host,
-            generator=torch.Generator().manual_seed(config.seed + start.step),
-        )
-        self._picker = picker
-        self._config = config
         self._drop_budget = (config.dynamic_sampling_rounds - 1) * self.groups_per_step
-        self._dropped: list[tuple[Pick, list[Trajectory]]] = []
+        self._dropped: list[Group] = []
         self._order = itertools.chain(start.replay, itertools.count(start.next_group))
         self._next_group = start.next_group
         self._replaying = set(start.replay)
@@ -196,9 +327,11 @@ class AheadSampler:
     def start(self) -> None:
         self._thread.start()
 
-    def take(self, step: int, timeout_s: float | None = None) -> list[tuple[Pick, list[Trajectory]]]:
-        """The ``groups_per_step`` groups for ``step`` with their picks, each sorted by sample; blocks
-        until they are ready. Raises if the sampler failed, ``TimeoutError`` after ``timeout_s``."""
+    def take(self, step: int, timeout_s: float | None = None) -> Batch:
+        """The ``groups_per_step`` groups for ``step`` with their picks, each sorted by sample, and
+        those dynamic sampling dropped since the last step; blocks until they are ready. Raises if
+        the sampler failed, ``TimeoutError`` after ``timeout_s``."""
+        t0 = time.perf_counter()
         picked: list[int] | None = None
 
         def ready() -> bool:
@@ -213,19 +346,14 @@ class AheadSampler:
             if not ok or picked is None:
                 raise TimeoutError(f"no batch for step {step} within {timeout_s} s")
             batch = [self._groups.pop(group) for group in picked]
+            dropped, self._dropped = self._dropped, []
             self._next_step = step + 1
         self._nudge()  # room for new groups
-        return [(g.pick, g.trajectories) for g in batch if g.trajectories is not None]
-
-    def take_dropped(self) -> list[tuple[Pick, list[Trajectory]]]:
-        """The groups dynamic sampling dropped since the last call (for the step's metrics)."""
-        with self._cond:
-            dropped, self._dropped = self._dropped, []
-        return dropped
+        kept = [(g.pick, g.trajectories) for g in batch if g.trajectories is not None]
+        return Batch(kept, kept + dropped, wait_s=time.perf_counter() - t0)
 
     def advance(self, policy: TrainablePolicy) -> None:
-        """After an update: the behaviour policy gets the new weights (and version)."""
-        self.behaviour.sync(policy)
+        super().advance(policy)
         self._nudge()
 
     def position(self) -> StreamPosition:
@@ -277,12 +405,8 @@ class AheadSampler:
                 trajectories = sorted(members.pop(group), key=sample_index)
                 with self._cond:
                     entry = self._groups[group]
-                    self._picker.observe(entry.pick, trajectories)
-                    if (
-                        self._config.dynamic_sampling
-                        and not has_signal(trajectories, self._config)
-                        and len(self._dropped) < self._drop_budget
-                    ):
+                    self.picker.observe(entry.pick, trajectories)
+                    if not self.keeps(trajectories) and len(self._dropped) < self._drop_budget:
                         del self._groups[group]  # its place goes to a fresh group
                         self._dropped.append((entry.pick, trajectories))
                         self._wake.set()  # type: ignore[union-attr] - set by _sample before the stream
@@ -301,7 +425,7 @@ class AheadSampler:
                         return
                     deadline = self.behaviour.version + self.max_staleness
                     if admits(len(self._groups), deadline, self._next_step, self.groups_per_step):
-                        pick = self._picker.pick()
+                        pick = self.picker.pick()
                         self._groups[group] = _Group(deadline, pick)
                         if group not in self._replaying:
                             self._next_group = group + 1

@@ -66,7 +66,9 @@ CONTEXT_SAMPLE = 32  # tasks of each split, and warm-start reference answers, th
 AUTO_CONTEXT_MAX = 512  # the longest context chosen unasked: past it a warm start on a CPU takes hours
 
 
-def fit_context(config: TrainConfig, arms: Iterable[Arm], warmstart: Sequence[Env], log: Callable[[str], None]) -> bool:
+def fit_context(
+    config: TrainConfig, arms: Iterable[tuple[Arm, Env]], warmstart: Sequence[Env], log: Callable[[str], None]
+) -> bool:
     """Fit the embedded model's context (``tiny.max_len``) to the run's prompts and replies before
     anything is generated: the default 64 tokens hold the default recipe's sums, not a task file's
     problems or an SQL schema. Unset, it is sized from the first tasks with a quarter to spare, up to
@@ -99,9 +101,10 @@ def fit_context(config: TrainConfig, arms: Iterable[Arm], warmstart: Sequence[En
     return True
 
 
-def context_needed(config: TrainConfig, arms: Iterable[Arm], warmstart: Sequence[Env]) -> tuple[int, str]:
+def context_needed(config: TrainConfig, arms: Iterable[tuple[Arm, Env]], warmstart: Sequence[Env]) -> tuple[int, str]:
     """The most tokens one sequence of the run takes as far as the first ``CONTEXT_SAMPLE`` tasks
-    of each arm's splits (a prompt and ``max_tokens``) and of the warm start (a prompt and its
+    of each arm's splits (a prompt and ``max_tokens``, read in the arm's environment given with
+    it) and of the warm start (a prompt and its
     reference answer) show, and what it was. A multi-turn episode's later turns are longer still:
     what they add (tool results) is not known before they are played."""
     tokenizer = ByteTokenizer()
@@ -113,19 +116,15 @@ def context_needed(config: TrainConfig, arms: Iterable[Arm], warmstart: Sequence
         if tokens + reply > longest[0]:
             longest = (tokens + reply, f"{what} ({tokens} prompt + {reply} reply tokens)")
 
-    for arm in arms:
-        env = arm.env()
-        try:
-            held_out = arm.eval_tasks[:CONTEXT_SAMPLE]
-            for seed in range(CONTEXT_SAMPLE + len(held_out)):
-                try:
-                    task = arm.task(seed) if seed < CONTEXT_SAMPLE else held_out[seed - CONTEXT_SAMPLE]
-                    messages = env.reset(task, seed=seed).messages
-                except Exception:  # noqa: BLE001, S112 - a task that cannot be read or started: the run reports it
-                    continue
-                measure(messages, config.max_tokens, f"{arm.key}'s prompts with max_tokens {config.max_tokens}")
-        finally:
-            env.close()
+    for arm, env in arms:
+        held_out = arm.eval_tasks[:CONTEXT_SAMPLE]
+        for seed in range(CONTEXT_SAMPLE + len(held_out)):
+            try:
+                task = arm.task(seed) if seed < CONTEXT_SAMPLE else held_out[seed - CONTEXT_SAMPLE]
+                messages = env.reset(task, seed=seed).messages
+            except Exception:  # noqa: BLE001, S112 - a task that cannot be read or started: the run reports it
+                continue
+            measure(messages, config.max_tokens, f"{arm.key}'s prompts with max_tokens {config.max_tokens}")
     if warmstart:
         start = WARMSTART_TASK_OFFSET
         conversations, replies = reference_batch(warmstart, range(start, start + CONTEXT_SAMPLE))

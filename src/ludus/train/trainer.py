@@ -5,11 +5,12 @@ One RL step::
     tasks (prompts_per_step) ─▶ G rollouts each ─▶ rewards ─▶ grpo.build_samples ─▶ grpo.update
         ─▶ a metrics line
 
-By default (``max_staleness: 0``) a step samples with the current weights, then learns, in
-lockstep: seeded runs are reproducible and resume exactly. With ``max_staleness: k`` a sampler
-thread samples the next steps' groups with a copy of the weights while the learner updates
-(sampler.py): samples are up to ``k`` updates old, the loss applies importance weights, and
-timing decides which groups a step gets, so runs are not bit-reproducible. With
+A step's groups come from a sampler (sampler.py). By default (``max_staleness: 0``) it samples
+with the current weights, then the learner learns, in lockstep: seeded runs are reproducible and
+resume exactly. With ``max_staleness: k`` it samples the next steps' groups in its own thread with
+a copy of the weights while the learner updates: samples are up to ``k`` updates old, the loss
+applies importance weights, and timing decides which groups a step gets, so runs are not
+bit-reproducible. With
 ``rollout_server`` an inference server (vLLM, ``ludus serve-model``) samples instead of this
 process — token ids in and out, the learner's weights pushed to it after every update
 (policies/rollout_server.py) — in lockstep or ahead alike.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import itertools
 import json
 import math
 import os
@@ -50,18 +50,19 @@ from ludus import policies
 from ludus.core import registry
 from ludus.core.env import Env
 from ludus.core.types import Trajectory
-from ludus.policies.base import Policy, PolicyError, SamplingParams, TrainablePolicy
+from ludus.policies.base import PolicyError, SamplingParams, TrainablePolicy
 from ludus.policies.rollout_server import RolloutServerPolicy
-from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
+from ludus.rollout.engine import RolloutConfig
 from ludus.rollout.evaluate import env_counts, evaluate
-from ludus.rollout.hosts import EnvHost, make_host
-from ludus.rollout.remote import REDACTED, RemoteEnv, RemoteEnvError, redacted_env_args
+from ludus.rollout.hosts import EnvHost
+from ludus.rollout.placement import EnvArgsError, EnvPlacement
+from ludus.rollout.remote import RemoteEnvError, UnusableEnvServer
 from ludus.train import grpo
 from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
 from ludus.train.run_folder import CHECKPOINT_PREFIX, RunFolder
-from ludus.train.sampler import AheadSampler, StreamPosition
+from ludus.train.sampler import AheadSampler, LockstepSampler, Sampler, StreamPosition
 from ludus.train.supervised import base_policy, fit_context
 
 if TYPE_CHECKING:
@@ -144,55 +145,43 @@ def lr_factor(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def make_env_factory(config: TrainConfig) -> Callable[[], Env]:
-    """The environment of ``config.env``, checked to accept ``env_args`` by making one; with env
-    servers, a :class:`RemoteEnv` on the first, checked to serve ``config.env``."""
-    if config.env_servers:
-        url, token = config.env_servers[0], os.environ.get("LUDUS_ENV_TOKEN") or None
-        try:
-            probe = RemoteEnv(url, token=token)
-        except RemoteEnvError as exc:
-            raise ConfigError(f"config field 'env_server': {exc}") from None
-        probe.close()
-        if probe.name != config.env:
-            raise ConfigError(f"config field 'env_server': {url} serves {probe.name!r}, not env {config.env!r}")
-        # seeds and secrets are hidden on the server (redacted_env_args): those must be set on both sides
-        configured = redacted_env_args(config.env_args)
-        if probe.env_args is not None and probe.env_args != configured:
-            raise ConfigError(
-                f"config field 'env_server': {url} serves {config.env} with env_args {probe.env_args}, the config "
-                f"says {configured}; start the server with --env-args '{json.dumps(config.env_args)}' or set "
-                f"env_args to the server's ({REDACTED}: a seed or secret, set on both sides or on neither)"
-            )
-        return lambda: RemoteEnv(url, token=token)
-    name, args = (
-        (config.envs[0]["name"], config.envs[0].get("args", {})) if config.envs else (config.env, config.env_args)
+def env_placement(config: TrainConfig) -> EnvPlacement:
+    """Where the run's environments run (threads here, env servers or Ray actors)."""
+    return EnvPlacement(
+        config.env_threads,
+        env_servers=tuple(config.env_servers),
+        ray=config.ray,
+        ray_address=config.ray_address or None,
+        ray_actors=config.ray_actors,
     )
+
+
+def make_env_factory(config: TrainConfig) -> tuple[Callable[[], Env], Env | None]:
+    """The environment of ``config.env``, checked to accept ``env_args`` by making one; with env
+    servers, a :class:`RemoteEnv` on the first, checked to serve ``config.env`` with these
+    ``env_args``. Returns the factory and the environment the check made, open (``build_picker``
+    reads it), or ``None`` for a mixture, whose every entry ``build_picker`` makes and checks."""
     try:
-        make = registry.factory(name, args)
+        if config.envs and not config.env_servers:
+            entry = config.envs[0]
+            return registry.factory(entry["name"], entry.get("args", {})), None
+        return env_placement(config).env_factory(config.env, config.env_args)
+    except UnusableEnvServer as exc:
+        raise ConfigError(f"config field 'env_server': {exc}") from None
+    except EnvArgsError as exc:
+        raise ConfigError(f"config field 'env_args': {exc}") from exc
     except (registry.UnknownEnvError, registry.EnvLoadError) as exc:
         raise ConfigError(f"config field {'envs' if config.envs else 'env'}: {exc}") from None
-    if config.envs:  # a mixture: curriculum.build_picker makes and checks every entry
-        return make
-    try:
-        make().close()
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"config field 'env_args' does not fit environment {config.env!r}: {exc}") from exc
-    return make
 
 
-def warmstart_envs(config: TrainConfig, picker: TaskPicker, env_factory: Callable[[], Env]) -> list[Env]:
-    """The environments the tiny model's warm start reads reference answers from: one per arm of
-    the run (every environment of a mixture, every level of a curriculum), or for an env server
-    (whose answers stay there) the same environment made here."""
+def warmstart_envs(config: TrainConfig, arm_envs: list[Env]) -> list[Env]:
+    """The environments the tiny model's warm start reads reference answers from: those of the
+    run's arms (every environment of a mixture, every level of a curriculum: ``build_picker``'s),
+    or for an env server (whose answers stay there) the same environment made here."""
     if not (config.model == "tiny" and config.warmstart_steps):
         return []
-    if len(picker.arms) > 1:
-        return [arm.env() for arm in picker.arms.values()]
-    env = env_factory()
     if not config.env_servers:
-        return [env]
-    env.close()
+        return list(arm_envs)
     try:
         return [registry.make(config.env, **config.env_args)]
     except (registry.UnknownEnvError, registry.EnvLoadError, TypeError) as exc:
@@ -286,14 +275,26 @@ class Trainer:
         folder: RunFolder,
         env_factory: Callable[[], Env],
         *,
+        first_env: Env | None = None,
         resume: bool = False,
         log: Callable[[str], None] = print,
     ):
+        """``first_env``: an environment ``env_factory`` made already (the config's check), which
+        the run's start reads instead of making another; ``run`` closes it."""
         self.config, self.folder, self.env_factory, self.log = config, folder, env_factory, log
+        self.first_env = first_env
         self.resume = resume
         self.resumed_with: dict[str, Any] = {}  # fields a resumed run changed (resume_from's overrides)
         self.updates = 0  # optimizer steps taken by this process
         self.stop = _StopFlag()
+        # what a run holds, all built by _start (run() closes them)
+        self.host: EnvHost | None = None  # where environments run, for the whole run, not per step
+        self.ranker: tuple[Judge, int] | None = None  # RULER-style rewards (ranking.py)
+        self.picker: TaskPicker
+        self.learner: grpo.Learner
+        self.inference_server: RolloutServerPolicy | None = None  # generation on vLLM / serve-model (rollout_server)
+        self.sampler: Sampler | None = None
+        self.unpushed: str | None = None  # why the last update's weights did not reach the inference server
 
     @property
     def run_dir(self) -> Path:
@@ -306,10 +307,18 @@ class Trainer:
 
     @classmethod
     def create(cls, config: TrainConfig, log: Callable[[str], None] = print) -> Trainer:
-        """A new run. The environment is checked first: nothing is written for a run that cannot start."""
-        env_factory = make_env_factory(config)
+        """A new run. The config and the environment are checked first: nothing is written for a run
+        that cannot start."""
+        config.validate()
+        env_factory, first = make_env_factory(config)
         config.name = config.name or f"{'mix' if config.envs else config.env}-{datetime.now():%Y%m%d-%H%M%S}"
-        return cls(config, RunFolder.create(config, config.name), env_factory, log=log)
+        try:
+            folder = RunFolder.create(config, config.name)
+        except BaseException:
+            if first is not None:
+                first.close()
+            raise
+        return cls(config, folder, env_factory, first_env=first, log=log)
 
     @classmethod
     def resume_from(
@@ -320,7 +329,8 @@ class Trainer:
         config.yaml once the run has started with them."""
         folder = RunFolder.existing(run_dir)
         saved, config = folder.config(), folder.config(overrides)
-        trainer = cls(config, folder, make_env_factory(config), resume=True, log=log)
+        env_factory, first = make_env_factory(config)
+        trainer = cls(config, folder, env_factory, first_env=first, resume=True, log=log)
         trainer.resumed_with = {k: v for k, v in config.to_dict().items() if v != getattr(saved, k)}
         return trainer
 
@@ -328,13 +338,8 @@ class Trainer:
 
     def run(self, on_metrics: Metrics | None = None) -> RunResult:
         c = self.config
-        self.host: EnvHost | None = None  # where environments run, for the whole run, not per step
-        self.sampler: AheadSampler | None = None
-        self.rollout: RolloutServerPolicy | None = None  # generation on an inference server (rollout_server)
-        self.ranker: tuple[Judge, int] | None = None  # RULER-style rewards (ranking.py)
-        self.unpushed: str | None = None  # why the last update's weights did not reach the rollout server
         try:
-            step, elapsed, position = self._start()
+            step, elapsed = self._start()
             curve = self.folder.eval_curve()
 
             def emit(record: dict[str, Any]) -> None:
@@ -355,18 +360,7 @@ class Trainer:
                     if not self.resume:  # nothing was trained: like a run whose start failed, no folder
                         self.folder.discard()
                     raise
-            if c.max_staleness > 0:
-                self.sampler = AheadSampler(
-                    self.learner.policy,
-                    self.env_factory,
-                    self.picker,
-                    sampling_params(c),
-                    c,
-                    self.host,
-                    position,
-                    behaviour=self.rollout,
-                )
-                self.sampler.start()
+            self.sampler.start()
             interrupted = False
             with self.stop.installed():
                 mark = self._mark(step, elapsed)  # what a step that cannot finish checkpoints
@@ -396,44 +390,85 @@ class Trainer:
             self.folder.plot()
             return RunResult(self.run_dir, step, elapsed, curve, interrupted)
         finally:
-            if self.sampler is not None:
-                self.sampler.close()
-            if self.rollout is not None:
-                self.rollout.close()
-            if self.ranker is not None:
-                self.ranker[0].close()
+            for part in (self.sampler, self.inference_server, self.ranker and self.ranker[0]):
+                if part is not None:
+                    part.close()
             if self.host is not None:
                 self.host.shutdown()
 
-    def _start(self) -> tuple[int, float, StreamPosition]:
-        """Everything before the first step: the environments' host, the policy and engine, the
-        checkpoint resumed from, the rollout server's weights. A new run whose start fails leaves
-        no run folder (its name is free again); a resumed run records the fields it changed in its
-        config.yaml once it has started with them."""
+    def _start(self) -> tuple[int, float]:
+        """Everything before the first step, built once and in this order: the environments' host,
+        the task picker (environments, levels, held-out tasks), the policy with its optimizer,
+        reference weights and RNGs, the inference server's client, the checkpoint resumed from
+        (which fills them), the sampler. Returns the step and elapsed seconds the run continues
+        from. A new run whose start fails leaves no run folder (its name is free again); a resumed
+        run records the fields it changed in its config.yaml once it has started with them."""
         c = self.config
+        first, self.first_env = self.first_env, None  # made by the config's check: build_picker reads it
         try:
-            self.host = make_host(
-                c.env_threads,
-                env_servers=c.env_servers,
-                token=os.environ.get("LUDUS_ENV_TOKEN") or None,
-                ray=c.ray,
-                ray_address=c.ray_address or None,
-                ray_actors=c.ray_actors,
-            )
+            self.host = env_placement(c).host()
             self.ranker = group_judge(c.group_judge) if c.group_judge else None
-            self._setup()
+            torch.set_num_threads(c.threads or os.cpu_count() or 1)
+            self.picker, arm_envs = build_picker(c, self.env_factory, first)
+            first = None  # the picker's now
+            policy = self._load_policy(arm_envs)
+            reference = copy.deepcopy(policy.module).eval().requires_grad_(False) if c.beta > 0 else None
+            optimizer = torch.optim.AdamW(policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+            optimizer.register_step_post_hook(self._count_update)
+            self.learner = grpo.Learner(policy, optimizer, reference, torch.Generator().manual_seed(c.seed))
+            random.seed(c.seed)
+            np.random.seed(c.seed % 2**32)
+            self.inference_server = self._connect_inference_server(policy)
             step, elapsed, position = self._restore()
-            if self.rollout is not None:
-                self._start_rollout_server(step)
+            if self.inference_server is not None:
+                self._check_inference_server(step)
+            self.sampler = self._make_sampler(position)
         except BaseException:
+            if first is not None:
+                first.close()
             if not self.resume:
                 self.folder.discard()
             raise
+        # everything made so far (modules, the model, the optimizer) lives for the whole run: keep
+        # it out of the cyclic collector, whose full passes over it slowed rollouts by a quarter
+        gc.collect()
+        gc.freeze()
         if self.resumed_with:
             self.folder.write_config(c)
             changed = ", ".join(f"{name}: {value}" for name, value in self.resumed_with.items())
             self.log(f"resumed with {changed} (recorded in {self.run_dir / 'config.yaml'})")
-        return step, elapsed, position
+        return step, elapsed
+
+    def _load_policy(self, arm_envs: list[Env]) -> TrainablePolicy:
+        """The policy to train, the embedded model's context first sized to the run's tasks as the
+        arms' environments (``build_picker``'s, closed here) show them."""
+        c = self.config
+        warmstart = warmstart_envs(c, arm_envs)
+        try:
+            if fit_context(c, zip(self.picker.arms.values(), arm_envs, strict=True), warmstart, self.log):
+                self.folder.write_config(c)  # a resumed run reads the context back
+            return load_trainable(c, warmstart, self.log)
+        finally:
+            for env in {id(env): env for env in [*arm_envs, *warmstart]}.values():
+                env.close()
+
+    def _make_sampler(self, position: StreamPosition) -> Sampler:
+        """Lockstep (``max_staleness: 0``; with the learner's generator, so that one seeded stream
+        makes the run reproducible) or ahead of the learner (its own), on this process's policy or
+        the inference server (sampler.py)."""
+        c = self.config
+        kind = AheadSampler if c.max_staleness > 0 else LockstepSampler
+        return kind(
+            self.learner.policy,
+            self.env_factory,
+            self.picker,
+            sampling_params(c),
+            c,
+            self.host,  # type: ignore[arg-type] - made by _start before
+            position,
+            generator=None if c.max_staleness > 0 else self.learner.generator,
+            behaviour=self.inference_server,
+        )
 
     def _halt(self, mark: ResumePoint, exc: Exception) -> NoReturn:
         """A step could not finish: checkpoint the last completed step if the learner still holds it
@@ -466,45 +501,9 @@ class Trainer:
     def _out_of_time(self, elapsed_s: float) -> bool:
         return bool(self.config.time_limit_min) and elapsed_s >= self.config.time_limit_min * 60
 
-    def _setup(self) -> None:
-        """The task picker (environments, levels, held-out tasks), the policy, its optimizer,
-        reference weights and RNGs, the engine."""
-        c = self.config
-        torch.set_num_threads(c.threads or os.cpu_count() or 1)
-        self.picker = build_picker(c, self.env_factory)
-        envs = warmstart_envs(c, self.picker, self.env_factory)
-        try:
-            if fit_context(c, self.picker.arms.values(), envs, self.log):
-                self.folder.write_config(c)  # a resumed run reads the context back
-            policy = load_trainable(c, envs, self.log)
-        finally:
-            for env in envs:
-                env.close()
-        reference = copy.deepcopy(policy.module).eval().requires_grad_(False) if c.beta > 0 else None
-        optimizer = torch.optim.AdamW(policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
-        optimizer.register_step_post_hook(self._count_update)
-        self.learner = grpo.Learner(policy, optimizer, reference, torch.Generator().manual_seed(c.seed))
-        random.seed(c.seed)
-        np.random.seed(c.seed % 2**32)
-        batch = c.prompts_per_step * c.group_size
-        # lockstep: one batch of all live episodes per turn, in request order, so a seeded generator
-        # makes a step reproducible however the environments' threads are scheduled
-        self.engine = RolloutEngine(
-            self._rollout_policy(policy),
-            self.env_factory,
-            sampling_params(c),
-            RolloutConfig(lockstep=True, max_batch=batch, max_episodes=batch),
-            host=self.host,
-            generator=self.learner.generator,
-        )
-        # everything made so far (modules, the model, the optimizer) lives for the whole run: keep
-        # it out of the cyclic collector, whose full passes over it slowed rollouts by a quarter
-        gc.collect()
-        gc.freeze()
-        self.greedy = SamplingParams(temperature=0.0, max_tokens=c.max_tokens)
-
     def _restore(self) -> tuple[int, float, StreamPosition]:
-        """Where the run continues: step, elapsed seconds and the task stream's position."""
+        """The checkpoint resumed from, if any, loaded into the learner and the picker; where the run
+        continues: step, elapsed seconds and the task stream's position."""
         checkpoints = self.folder.checkpoints() if self.resume else []
         step, elapsed, state = 0, 0.0, {}
         if checkpoints:
@@ -516,8 +515,8 @@ class Trainer:
             self.folder.forget_after(step)
         if "picker" in state:
             self.picker.load_state_dict(state["picker"])
-        self.next_group = int(state.get("next_group", step * self.config.prompts_per_step))
-        return step, elapsed, StreamPosition(step, self.next_group, tuple(state.get("unconsumed_groups", ())))
+        next_group = int(state.get("next_group", step * self.config.prompts_per_step))
+        return step, elapsed, StreamPosition(step, next_group, tuple(state.get("unconsumed_groups", ())))
 
     def _evaluate(self, step: int) -> dict[str, float]:
         """Greedy decoding on every arm's held-out tasks (rollout.evaluate's summary). With several
@@ -526,17 +525,18 @@ class Trainer:
         evaluation that could grade no sample at all measured nothing: ``TrainingHalted``, never
         an accuracy of 0 (an arm of several that graded nothing is logged)."""
         self.learner.policy.module.eval()
+        server = self.inference_server
         per_arm: dict[str, dict[str, float]] = {}
         ungraded: dict[str, str] = {}  # arms that graded no sample: why
         for key, arm in self.picker.arms.items():
             size = max(1, len(arm.eval_tasks))  # greedy, every task in one lockstep batch
             # an ahead sampler may sample training replies meanwhile: only those count in rollout/*
-            with self.rollout.uncounted() if self.rollout is not None else contextlib.nullcontext():
+            with server.uncounted() if server is not None else contextlib.nullcontext():
                 summary = evaluate(
-                    self.rollout or self.learner.policy,
+                    server or self.learner.policy,
                     arm.env,
                     list(arm.eval_tasks),
-                    sampling=self.greedy,
+                    sampling=SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens),
                     config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
                     host=self.host,
                 )
@@ -565,20 +565,16 @@ class Trainer:
         return record
 
     def _step(self, step: int, elapsed_s: float) -> tuple[dict[str, Any], float]:
-        """One RL step: sample (or take what the sampler has ready), learn; its metrics and seconds."""
-        c = self.config
+        """One RL step: take the step's groups from the sampler, learn; its metrics and seconds."""
+        c, loss = self.config, self.config.loss()
         t0 = time.perf_counter()
-        if self.sampler is None:
-            kept, sampled, rounds = self._sample()
-        else:
-            kept = self.sampler.take(step)
-            sampled, rounds = kept + self.sampler.take_dropped(), 0
-        groups = [group for _, group in kept]
-        t_sampled = time.perf_counter()
+        batch = self.sampler.take(step)
+        groups = [group for _, group in batch.kept]
+        sampled = [group for _, group in batch.sampled]
         if self.ranker is not None:
             judge, judge_rounds = self.ranker
             rank_groups(judge, groups, rounds=judge_rounds, seed=c.seed * 1_000_003 + step)
-        trajs = [t for _, group in sampled for t in group]
+        trajs = [t for group in sampled for t in group]
         if all(t.score is not None and t.score.is_infra_error for t in trajs):
             # nothing measured the policy: a model that cannot take the prompts, a dead environment
             # server. Going on would spend the run on steps that train nothing.
@@ -586,18 +582,18 @@ class Trainer:
         lr = c.lr * lr_factor(c, step, elapsed_s)
         for group in self.learner.optimizer.param_groups:
             group["lr"] = lr
-        record = step_metrics(step, [group for _, group in sampled])
+        record = step_metrics(step, sampled)
         if len(self.picker.ladders) > 1:
-            record |= mixture_metrics(sampled)
+            record |= mixture_metrics(batch.sampled)
         record |= self.picker.metrics()
         if c.overlong_filter or c.overlong_buffer:
-            record |= grpo.overlong_metrics([group for _, group in sampled], c)
+            record |= grpo.overlong_metrics(sampled, loss)
         if c.dynamic_sampling:
-            record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(kept)}
-            record |= {"dynamic/rounds": rounds} if rounds else {}
-        samples = grpo.build_samples(groups, c) if groups else []  # dynamic sampling may keep none
+            record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(groups)}
+            record |= {"dynamic/rounds": batch.rounds} if batch.rounds else {}
+        samples = grpo.build_samples(groups, loss) if groups else []  # dynamic sampling may keep none
         try:
-            record |= {"lr": lr, **grpo.update(self.learner, samples, c)}
+            record |= {"lr": lr, **grpo.update(self.learner, samples, loss)}
         except grpo.SamplerMismatch as exc:
             raise TrainingHalted(
                 f"step {step + 1}: the rollout server {c.rollout_server} no longer samples as the learner: {exc} "
@@ -606,44 +602,56 @@ class Trainer:
                 "processed_logprobs). Nothing was learned from this step"
             ) from None
         self.learner.policy.version = step + 1
-        record |= self._sync_sampler(step + 1)
-        if self.sampler is not None:
-            record["sampler_wait_s"] = round(t_sampled - t0, 4)
+        record |= self._advance_sampler(step + 1)
+        if batch.wait_s is not None:
+            record["sampler_wait_s"] = round(batch.wait_s, 4)
         self.folder.append_samples(step + 1, trajs[: c.samples_per_step])
         dt = time.perf_counter() - t0
         tokens = record.pop("_tokens")
         return record | {"step_time_s": round(dt, 4), "tokens_per_s": round(tokens / dt, 1)}, dt
 
+    def _advance_sampler(self, version: int) -> dict[str, Any]:
+        """After an update: whatever samples gets the new weights (the sampler's copy, the
+        inference server); the inference server's numbers for the step. A failed push does not
+        raise here: the update is whole, so the step is logged and checkpointed before the
+        run stops (``unpushed``)."""
+        try:
+            self.sampler.advance(self.learner.policy)
+        except PolicyError as exc:
+            self.unpushed = (
+                f"the weights of step {version} could not be pushed to the rollout server: {exc}. Nothing was "
+                "sampled from weights of unknown version; restart the server"
+            )
+            return {}
+        server = self.inference_server
+        if server is None:
+            return {}
+        stats = server.take_stats()
+        return {"rollout/push_s": round(server.last_push_s, 4), **{f"rollout/{k}": v for k, v in stats.items()}}
+
     # ---- generation on an inference server (rollout_server) -----------------------------
 
-    def _rollout_policy(self, learner: TrainablePolicy) -> Policy:
-        """What samples: the learner itself, or with ``rollout_server`` a client of that server
-        that sends it the learner's token ids and weights (policies/rollout_server.py)."""
+    def _connect_inference_server(self, learner: TrainablePolicy) -> RolloutServerPolicy | None:
+        """With ``rollout_server``, a client of that server that samples in place of the learner,
+        sent the learner's token ids and weights (policies/rollout_server.py)."""
         c = self.config
         if not c.rollout_server:
-            return learner
-        from ludus.policies.hf import HFPolicy  # noqa: PLC0415 - the config has checked it is one
-
-        if not isinstance(learner, HFPolicy):
-            raise ConfigError(
-                f"config field 'rollout_server' needs a transformers model (model: hf:PATH); {c.model!r} loads "
-                f"a {type(learner).__name__}"
-            )
+            return None
         weights = Path(c.rollout_weights_dir) if c.rollout_weights_dir else self.run_dir / "rollout-weights"
         try:
-            self.rollout = RolloutServerPolicy(c.rollout_server, learner, weights_dir=weights)
+            return RolloutServerPolicy(c.rollout_server, learner, weights_dir=weights)
         except PolicyError as exc:
             raise ConfigError(f"config field 'rollout_server': {exc}") from None
-        return self.rollout
 
-    def _start_rollout_server(self, step: int) -> None:
+    def _check_inference_server(self, step: int) -> None:
         """The server gets the learner's weights (version ``step``), and probe replies show that
         it samples from them: its log-probs are the learner's, within ``rollout_logprob_tolerance``."""
-        assert self.rollout is not None
+        server = self.inference_server
+        assert server is not None
         c = self.config
         try:
-            push_s = self.rollout.sync(self.learner.policy)
-            gap = self.rollout.logprob_gap(c.temperature)
+            push_s = server.sync(self.learner.policy)
+            gap = server.logprob_gap(c.temperature)
         except PolicyError as exc:
             raise TrainingHalted(
                 f"the rollout server {c.rollout_server} cannot take this run's weights: {exc}. It must be vLLM started "
@@ -673,65 +681,18 @@ class Trainer:
             f"match the learner's within {gap.mean:.2g} per token ({gap.tokens} probe tokens)"
         )
 
-    def _sync_sampler(self, version: int) -> dict[str, Any]:
-        """After an update: whatever samples gets the new weights (the sampler's copy, the
-        rollout server); the rollout server's numbers for the step. A failed push does not
-        raise here: the update is whole, so the step is logged and checkpointed before the
-        run stops (``unpushed``)."""
-        try:
-            if self.sampler is not None:
-                self.sampler.advance(self.learner.policy)
-            elif self.rollout is not None:
-                self.rollout.sync(self.learner.policy)
-        except PolicyError as exc:
-            self.unpushed = (
-                f"the weights of step {version} could not be pushed to the rollout server: {exc}. Nothing was "
-                "sampled from weights of unknown version; restart the server"
-            )
-            return {}
-        if self.rollout is None:
-            return {}
-        stats = self.rollout.take_stats()
-        return {"rollout/push_s": round(self.rollout.last_push_s, 4), **{f"rollout/{k}": v for k, v in stats.items()}}
-
-    def _sample(self) -> tuple[list[tuple[Pick, list[Trajectory]]], list[tuple[Pick, list[Trajectory]]], int]:
-        """This step's groups, sampled now with the current weights (lockstep): the groups to learn
-        from, every group sampled, and the sampling rounds. With dynamic sampling, groups without
-        reward variance are set aside and more are sampled - as many as the signal rate so far says
-        are missing - until the step has ``prompts_per_step`` or ``dynamic_sampling_rounds`` rounds ran."""
-        c = self.config
-        self.learner.policy.module.eval()
-        kept: list[tuple[Pick, list[Trajectory]]] = []
-        sampled: list[tuple[Pick, list[Trajectory]]] = []
-        rounds = 0
-        while True:
-            missing = c.prompts_per_step - len(kept)
-            rate = len(kept) / len(sampled) if sampled else 1.0
-            picks = [self.picker.pick() for _ in range(min(c.prompts_per_step, math.ceil(missing / max(rate, 0.25))))]
-            first, self.next_group = self.next_group, self.next_group + len(picks)
-            episodes = itertools.chain.from_iterable(
-                requests([pick.task], c.group_size, first=first + i, numbered=True, env=pick.arm.env)
-                for i, pick in enumerate(picks)
-            )
-            trajs = self.engine.run(episodes)
-            batch = [(pick, trajs[i * c.group_size : (i + 1) * c.group_size]) for i, pick in enumerate(picks)]
-            for pick, group in batch:
-                self.picker.observe(pick, group)
-            sampled += batch
-            kept += [(pick, group) for pick, group in batch if not c.dynamic_sampling or grpo.has_signal(group, c)]
-            rounds += 1
-            if not c.dynamic_sampling or len(kept) >= c.prompts_per_step or rounds >= c.dynamic_sampling_rounds:
-                return kept[: c.prompts_per_step], sampled, rounds
-
     # ---- checkpoints -------------------------------------------------------------------
 
     def _mark(self, step: int, elapsed_s: float) -> ResumePoint:
         """What a checkpoint of ``step`` written now would hold besides the weights and optimizer."""
-        state: dict[str, Any] = {"step": step, "elapsed_s": elapsed_s, "next_group": self.next_group}
-        if self.sampler is not None:  # the task stream resumes where the sampler was
-            position = self.sampler.position()
-            state["next_group"], state["unconsumed_groups"] = position.next_group, list(position.replay)
-        state["picker"] = self.picker.state_dict()
+        position = self.sampler.position()  # the task stream resumes where the sampler was
+        state: dict[str, Any] = {
+            "step": step,
+            "elapsed_s": elapsed_s,
+            "next_group": position.next_group,
+            "unconsumed_groups": list(position.replay),
+            "picker": self.picker.state_dict(),
+        }
         rngs = {
             "generator": self.learner.generator.get_state(),
             "torch_rng": torch.get_rng_state(),

@@ -47,7 +47,7 @@ class InstructEnv(SingleTurnEnv):
 
     name = "instruct"
     description = "verifiable instruction following (IFEval's 25 kinds): word counts, keywords, JSON, bullets, ..."
-    quick: ClassVar[bool] = True  # pure Python checks (language detection aside)
+    quick = True  # pure Python checks (language detection aside)
     # ludus check --redteam plays the generic answer cheats (empty replies, the reference between
     # its own words reversed and another task's reply, enormous replies) and ``cheats`` below.
     redteam_kinds: ClassVar[frozenset[str]] = frozenset({"answer"})

@@ -433,11 +433,6 @@ def _parse_gold(text: str) -> tuple[Answer, bool, Unit | None]:
     return answer, as_choice, unit
 
 
-def parse_gold(gold: str) -> tuple[Answer, bool]:
-    """The parsed gold and whether it is a multiple-choice letter. Raises :class:`ParseError`."""
-    return _parse_gold(_gold_text(gold))[:2]
-
-
 def _in_gold_unit(answer: Answer, unit: Unit | None, gold_unit: Unit | None) -> Answer | None:
     """The answer's value in the gold's unit; ``None`` if the units differ (``150 m`` is not ``150 km``).
     Where only one side states a known unit the number is compared as written (see ``UNIT_POLICY``)."""

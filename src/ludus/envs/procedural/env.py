@@ -24,7 +24,7 @@ class ProceduralEnv(SingleTurnEnv):
     """
 
     system_prompt: ClassVar[str | None] = "Reply with the final answer only."
-    quick: ClassVar[bool] = True  # scoring is a few microseconds of pure Python
+    quick = True  # scoring is a few microseconds of pure Python
     # a client's own problem is its prompt and gold answer; nothing in a task reaches the disk
     client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"family": str}
 

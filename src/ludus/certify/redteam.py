@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ludus.core.check import JUNK, MAX_STEPS, CheckReport, CheckResult, difference, malformed_actions, step_view
+from ludus.certify.contract import JUNK, MAX_STEPS, CheckReport, CheckResult, difference, malformed_actions, step_view
 from ludus.core.env import Env
 from ludus.core.registry import EnvLoadError, factory
 from ludus.core.types import Message, Observation, Score, StepResult, Task, ToolCall, ToolSpec
