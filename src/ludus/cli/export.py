@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ludus.cli.common import console, mapping_flag, progress_bar
-    from ludus.integrations import trl, verl
+    from ludus.integrations import trl, verl_rows
     from ludus.integrations.common import canonical_args, export_tasks
 
     out = Path(args.output)
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         for item in export_tasks(args.env, args.split, args.tasks, env_args=env_args, start=args.start):
             exported.append(item)
             progress.update(bar, advance=1)
-    rows = trl.rows(exported) if args.format == "trl" else verl.rows(exported)
+    rows = trl.rows(exported) if args.format == "trl" else verl_rows.rows(exported)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     if out.suffix == ".jsonl":

@@ -21,7 +21,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from ludus.core.env import Env
 from ludus.core.types import Message, Score, Status, ToolCall, ToolSpec
 from ludus.integrations.common import EnvPool, EnvUnavailable, TaskRef, chat, infra_error
-from ludus.integrations.verl import remote_factory, task_ref
+from ludus.integrations.verl_rows import remote_factory, task_ref
 
 
 class _Schema:
