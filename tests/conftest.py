@@ -7,6 +7,10 @@ import pytest
 # Ray reads this once, when it is first imported — by whichever test module imports it first (verl
 # imports ray): without it a local Ray instance started later listens beyond 127.0.0.1.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Two test workers share two cores, and the processes they start share them too: torch (in these
+# processes, and `ludus train`'s `threads: 0`) takes one thread each, since threads that outnumber
+# the free cores spin-wait and make every step several times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from ludus.train.config import TrainConfig, load_config
 

@@ -263,7 +263,7 @@ class VLLMServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         env = {
-            **os.environ,
+            **{name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"},  # vLLM binds its own
             "VLLM_SERVER_DEV_MODE": "1",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "TMPDIR": str(self.folder / "tmp"),

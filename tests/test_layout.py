@@ -83,7 +83,10 @@ def test_every_room_is_on_the_map():
         assert f"{room.replace('.', '/')}/" in design, f"docs/design.md does not describe {room}/"
 
 
-@pytest.mark.parametrize("room", ["core", "sandbox", "tasks", "policies", "rewards", "rollout", "certify", "train", "serve", "integrations", "cli"])
+@pytest.mark.parametrize(
+    "room",
+    ["core", "sandbox", "tasks", "policies", "rewards", "rollout", "certify", "train", "serve", "integrations", "cli"],
+)
 def test_a_room_has_no_import_circle(room):
     """Inside a room too, imports go one way, at the top or inside a function: a module that the
     registry needs (the rubric) does not import the registry back, nor the hosts the placement

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ludus.core import Score, SingleTurnEnv, Status, Task, register
-from ludus.train.trainer import Trainer, lr_factor
+from ludus.train.trainer import Trainer, default_threads, lr_factor
 from support import DigitTasks
 
 
@@ -241,3 +241,14 @@ def test_a_run_that_cannot_start_writes_nothing(tmp_path):
     assert main(["train", "--env", "no-such-env", "--runs-dir", str(runs)]) == 2
     assert main(["train", "--env", "sorting", "--env-args", "{no_such_arg: 1}", "--runs-dir", str(runs)]) == 2
     assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    ("omp", "threads"), [("3", 3), ("4,2", 4), (None, os.cpu_count()), ("0", os.cpu_count()), ("x", os.cpu_count())]
+)
+def test_threads_0_takes_openmps_setting_else_every_core(monkeypatch, omp, threads):
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert default_threads() == threads

@@ -70,7 +70,7 @@ class TrainConfig:
     name: str = ""  # run folder is <runs_dir>/<name>; empty: <env>-<date>-<time>
     runs_dir: str = "runs"
     seed: int = 0
-    threads: int = 0  # torch CPU threads; 0 = all cores
+    threads: int = 0  # torch CPU threads; 0 = $OMP_NUM_THREADS if set, else all cores
     # environment and tasks
     env: str = "arithmetic"
     env_args: dict[str, Any] = field(default_factory=lambda: {"digits": 2, "ops": "+", "digit_credit": 0.5})

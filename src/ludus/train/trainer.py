@@ -145,6 +145,14 @@ def lr_factor(config: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def default_threads() -> int:
+    """Torch's CPU threads for ``threads: 0``: ``$OMP_NUM_THREADS`` where it is set (OpenMP's own
+    setting, which a shared machine or a test suite running jobs side by side sets to 1: threads
+    that outnumber the free cores spin-wait, and a step takes several times longer), else every core."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else os.cpu_count() or 1
+
+
 def env_placement(config: TrainConfig) -> EnvPlacement:
     """Where the run's environments run (threads here, env servers or Ray actors)."""
     return EnvPlacement(
@@ -408,7 +416,7 @@ class Trainer:
         try:
             self.host = env_placement(c).host()
             self.ranker = group_judge(c.group_judge) if c.group_judge else None
-            torch.set_num_threads(c.threads or os.cpu_count() or 1)
+            torch.set_num_threads(c.threads or default_threads())
             self.picker, arm_envs = build_picker(c, self.env_factory, first)
             first = None  # the picker's now
             policy = self._load_policy(arm_envs)
