@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ludus.train.config import load_config
     from ludus.train.curriculum import build_picker
     from ludus.train.supervised import base_model_recipe, fit_context, make_base_model
-    from ludus.train.trainer import make_env_factory, warmstart_envs
+    from ludus.train.trainer import close_start_envs, make_env_factory, warmstart_envs
 
     c = load_config(args.config, config_overrides(args))
     if not (c.model == "tiny" and c.warmstart_steps):
@@ -42,7 +42,6 @@ def run(args: argparse.Namespace) -> int:
                 on_step=lambda s, loss: progress.update(bar, completed=s, description=f"loss {loss:.3f}"),
             )
     finally:
-        for env in {id(env): env for env in [*arm_envs, *envs]}.values():
-            env.close()
+        close_start_envs(arm_envs, envs)
     console().print(f"{'created' if created else 'already cached (use --force to re-create)'}: {path}")
     return 0

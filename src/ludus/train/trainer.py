@@ -199,6 +199,13 @@ def warmstart_envs(config: TrainConfig, arm_envs: list[Env]) -> list[Env]:
         ) from None
 
 
+def close_start_envs(arm_envs: list[Env], warmstart: list[Env]) -> None:
+    """Close what a run's start read from: the arms' environments and the warm start's, which are
+    mostly the same ones (each closed once)."""
+    for env in {id(env): env for env in [*arm_envs, *warmstart]}.values():
+        env.close()
+
+
 def load_trainable(config: TrainConfig, envs: list[Env], log: Callable[[str], None]) -> TrainablePolicy:
     """The policy to train: the embedded model's cached base (supervised.py), or a saved folder /
     ``hf:PATH`` checkpoint read by :func:`ludus.policies.load_policy` (the config has already
@@ -457,8 +464,7 @@ class Trainer:
                 self.folder.write_config(c)  # a resumed run reads the context back
             return load_trainable(c, warmstart, self.log)
         finally:
-            for env in {id(env): env for env in [*arm_envs, *warmstart]}.values():
-                env.close()
+            close_start_envs(arm_envs, warmstart)
 
     def _make_sampler(self, position: StreamPosition) -> Sampler:
         """Lockstep (``max_staleness: 0``; with the learner's generator, so that one seeded stream
