@@ -152,10 +152,13 @@ def warm_start_digits(base: Path, out: Path, steps: int = 45) -> Path:
 
 
 @contextlib.contextmanager
-def serving(app: Any, path: str = "/v1", **options: Any) -> Iterator[str]:
+def serving(app: Any, path: str = "/v1", send_buffer: int | None = None, **options: Any) -> Iterator[str]:
     """Serve the ASGI ``app`` on a free port of 127.0.0.1 in a background thread; yields its URL
-    plus ``path``. ``options`` go to ``uvicorn.Config``."""
+    plus ``path``. ``send_buffer`` sets the kernel's send buffer of each connection (a small one
+    makes the server wait for a client that stops reading); ``options`` go to ``uvicorn.Config``."""
     sock = socket.socket()
+    if send_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)  # accepted connections inherit it
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -22,6 +22,8 @@ ALLOWED = {
     "certify": {"core", "certify"},  # ludus check: drives environments through the contract alone
     "train": {"core", "policies", "rewards", "rollout", "train"},
     "serve": {"core", "policies", "rewards", "rollout", "serve"},
+    # AgentEnv: environments of other families only by name, through the registry
+    "agents": {"core", "sandbox", "policies", "serve", "agents"},
 }
 
 
@@ -85,7 +87,20 @@ def test_every_room_is_on_the_map():
 
 @pytest.mark.parametrize(
     "room",
-    ["core", "sandbox", "tasks", "policies", "rewards", "rollout", "certify", "train", "serve", "integrations", "cli"],
+    [
+        "core",
+        "sandbox",
+        "tasks",
+        "policies",
+        "rewards",
+        "rollout",
+        "certify",
+        "train",
+        "serve",
+        "agents",
+        "integrations",
+        "cli",
+    ],
 )
 def test_a_room_has_no_import_circle(room):
     """Inside a room too, imports go one way, at the top or inside a function: a module that the

@@ -19,7 +19,7 @@ import pytest
 from ludus.cli import build_parser
 from ludus.core.registry import make
 from ludus.policies.base import Completion, Policy
-from ludus.serve import model_server
+from ludus.serve import model_server, openai_front
 from ludus.serve.env_server import EnvServer
 from ludus.serve.net import ConnectionGuard, connection_options
 from support import page_of_another_origin, results_in_chromium, serving
@@ -122,7 +122,7 @@ REBIND_JS = """async () => {
 def test_pages_in_a_real_browser_cannot_drive_serve_model_or_read_a_rebound_server(monkeypatch):
     """The Origin rule alone stops type-less posts: the app is built as FastAPI before 0.132 built
     it, parsing JSON whatever the Content-Type. A rebound name is refused by the Host rule."""
-    monkeypatch.setattr(model_server, "FastAPI", functools.partial(model_server.FastAPI, strict_content_type=False))
+    monkeypatch.setattr(openai_front, "FastAPI", functools.partial(openai_front.FastAPI, strict_content_type=False))
     policy = RecordingPolicy()
     model = model_server.create_app(policy, "m", weight_updates=True)
     posted: list[str] = []

@@ -1,5 +1,5 @@
-"""The ``ludus`` command: ``train``, ``eval``, ``warmstart``, ``train-rm``, ``verify``, ``serve-model``, ``envs``, ``check``,
-``doctor``.
+"""The ``ludus`` command: ``train``, ``eval``, ``warmstart``, ``train-rm``, ``verify``, ``serve-model``, ``serve-env``,
+``proxy``, ``envs``, ``check``, ``doctor``.
 
 Every error a user can cause (a bad config value, an unknown environment, a malformed task
 file) ends in one plain sentence on stderr and exit code 2, never a traceback.
@@ -25,6 +25,7 @@ COMMANDS = (
     "verify",
     "serve",
     "serve_env",
+    "proxy",
     "doctor",
     "eval",
     "export",

@@ -113,6 +113,34 @@ def add_browser_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_token_flags(p: argparse.ArgumentParser, variable: str, when: str) -> None:
+    """``--token-file`` and ``--token``: the bearer token a server requires (``serve-env``, ``proxy``),
+    else ``$variable``; ``when`` says when one is needed."""
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        help=f"require 'Authorization: Bearer TOKEN', TOKEN read from this file (default: ${variable}; "
+        f"{when}; 16 characters at least)",
+    )
+    token.add_argument("--token", help="as --token-file, but visible to other users of this machine (ps)")
+
+
+def read_token(args: argparse.Namespace, variable: str, warn: Callable[[str], None]) -> str | None:
+    """The token ``add_token_flags`` asked for: from ``--token-file``, ``--token`` (with a warning:
+    ``ps`` shows it) or ``$variable``; None if none is set."""
+    import os
+
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as file:
+            token = file.read().strip() or None
+        if token is None:
+            raise ValueError(f"--token-file {args.token_file} is empty")
+        return token
+    if args.token:
+        warn(f"--token is visible to other users of this machine (ps): use --token-file or ${variable}")
+    return args.token or os.environ.get(variable) or None
+
+
 def add_env_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--env-server",

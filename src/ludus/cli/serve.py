@@ -38,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from ludus.cli.common import console, mapping_flag
 
     try:
-        import uvicorn
-
         from ludus.serve.model_server import create_app
+        from ludus.serve.net import address, guarded_server, listen
     except ImportError as exc:
         from rich.markup import escape
 
@@ -49,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ludus.policies import load_policy
     from ludus.serve.browser import BrowserRules
-    from ludus.serve.net import ConnectionGuard, address, connection_options, listen, spare_descriptors
 
     BrowserRules(tuple(args.allow_origin), tuple(args.allow_host))  # a bad flag stops us before the model loads
     options = mapping_flag("--model-args", args.model_args)
@@ -63,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
         allow_origins=tuple(args.allow_origin),
         allow_hosts=tuple(args.allow_host),
     )
-    # serve-env's connection layer with its default limits: heads, pipelining, slow clients, count
-    guard = ConnectionGuard(max(16, spare_descriptors(64)), request_timeout_s=10.0, max_pipelined=32)
     console().print(
         f"serving {args.name or args.model} at {address(sock)}/v1 (OpenAI-compatible; Ctrl-C stops)",
         markup=False,
@@ -72,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", **connection_options(guard))).run(sockets=[sock])
+        guarded_server(app).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down gracefully
         return 130
     finally:

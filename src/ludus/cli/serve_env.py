@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ludus.cli.common import ENV_ARGS_HELP, add_browser_flags
+from ludus.cli.common import ENV_ARGS_HELP, add_browser_flags, add_token_flags
 
 if TYPE_CHECKING:
     from ludus.cli.common import CommandParser
@@ -19,13 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--env-args", help=ENV_ARGS_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8100, help="port to listen on (default 8100; 0 picks a free one)")
-    token = p.add_mutually_exclusive_group()
-    token.add_argument(
-        "--token-file",
-        help="require 'Authorization: Bearer TOKEN', TOKEN read from this file (default: $LUDUS_ENV_TOKEN; "
-        "required off loopback; 16 characters at least)",
-    )
-    token.add_argument("--token", help="as --token-file, but visible to other users of this machine (ps)")
+    add_token_flags(p, "LUDUS_ENV_TOKEN", "required off loopback")
     add_browser_flags(p)
     p.add_argument(
         "--max-sessions",
@@ -78,9 +72,7 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    from ludus.cli.common import console, mapping_flag
+    from ludus.cli.common import console, mapping_flag, read_token
     from ludus.core.registry import factory
 
     try:
@@ -119,15 +111,7 @@ def run(args: argparse.Namespace) -> int:
     def warn(message: str) -> None:
         console().print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as file:
-            token = file.read().strip() or None
-        if token is None:
-            raise ValueError(f"--token-file {args.token_file} is empty")
-    else:
-        token = args.token or os.environ.get("LUDUS_ENV_TOKEN") or None
-    if args.token:
-        warn("--token is visible to other users of this machine (ps): use --token-file or $LUDUS_ENV_TOKEN")
+    token = read_token(args, "LUDUS_ENV_TOKEN", warn)
     serve(
         factory(args.env, env_args),
         host=args.host,

@@ -5,8 +5,8 @@ Invariants every environment keeps (``ludus check ENV`` tests them):
 * ``reset`` starts a fresh episode and returns the full conversation the policy sees first;
   the same task and seed give the same observation.
 * ``step`` takes the policy's assistant message (or its text) and returns only the messages
-  the environment *adds*; calling it before ``reset`` or after the episode ended raises
-  :class:`EnvStateError`.
+  the environment *adds* (or, flagged ``history_rewritten``, the whole next conversation);
+  calling it before ``reset`` or after the episode ended raises :class:`EnvStateError`.
 * The last step of an episode is ``terminated`` or ``truncated`` and carries the final
   :class:`Score`; every reward lies in ``reward_range``.
 * Bad model output never raises: it ends in a score with a status such as ``format_error``.
@@ -330,8 +330,11 @@ class Env(ABC):
         if not result.done and self.turn >= self.max_turns:
             result.truncated = True
             result.score = Score.zero(Status.TRUNCATED, f"no final answer within {self.max_turns} turns")
-        self.messages.append(action)
-        self.messages.extend(result.observation.messages)
+        if result.history_rewritten:
+            self.messages = list(result.observation.messages)
+        else:
+            self.messages.append(action)
+            self.messages.extend(result.observation.messages)
         self.done = result.done
         return result
 
@@ -361,6 +364,9 @@ class SingleTurnEnv(Env):
     """One prompt, one answer, one score. Implement :meth:`score` (and optionally :meth:`prompt`)."""
 
     system_prompt: ClassVar[str | None] = None
+    # True for an environment that replaces ``transition`` but still grades every final answer
+    # through ``score`` (an agent's answer, ludus.agents.AgentEnv): a rubric may then replace that grade
+    grades_through_score: ClassVar[bool] = False
 
     def prompt(self, task: Task) -> str:
         return task.prompt

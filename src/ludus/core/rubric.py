@@ -275,7 +275,8 @@ def graded_by_rubric(cls: type[Env]) -> type[RubricGraded]:
     per environment class). The environment must grade through ``score`` (every ``SingleTurnEnv``
     and ``ToolEnv`` does, unless it replaces their ``transition``, as the browser and repository
     environments do to grade state); one that does not is refused, not silently ignored."""
-    if not issubclass(cls, SingleTurnEnv) or cls.transition not in (SingleTurnEnv.transition, ToolEnv.transition):
+    grades_by_score = cls.transition in (SingleTurnEnv.transition, ToolEnv.transition)
+    if not issubclass(cls, SingleTurnEnv) or not (grades_by_score or cls.grades_through_score):
         raise ValueError(
             f"environment {cls.name!r} grades in its own transition, not through score(task, completion), so a "
             "rubric cannot replace its grade; rubrics apply to SingleTurnEnv and ToolEnv environments"

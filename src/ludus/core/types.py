@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, Self
@@ -241,9 +242,12 @@ class Observation(_JsonMixin):
 class StepResult(_JsonMixin):
     """The result of one ``Env.step``.
 
-    ``observation`` holds only the messages the environment *added* (tool results, feedback).
-    ``terminated``: the episode ended by the task's rules; ``truncated``: it was cut off (turn
-    limit). ``score`` is set on the last step and is the episode's final verdict.
+    ``observation`` holds only the messages the environment *added* (tool results, feedback) —
+    unless ``history_rewritten``: then it holds the whole conversation the policy sees next,
+    which is not the old one extended (an agent that edited its own history, see
+    :class:`ludus.agents.AgentEnv`). ``terminated``: the episode ended by the task's rules;
+    ``truncated``: it was cut off (turn limit). ``score`` is set on the last step and is the
+    episode's final verdict.
     """
 
     observation: Observation
@@ -252,6 +256,7 @@ class StepResult(_JsonMixin):
     truncated: bool = False
     score: Score | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    history_rewritten: bool = False
 
     @property
     def done(self) -> bool:
@@ -265,6 +270,7 @@ class StepResult(_JsonMixin):
             "truncated": self.truncated,
             "score": None if self.score is None else self.score.to_dict(),
             "info": self.info,
+            **({"history_rewritten": True} if self.history_rewritten else {}),
         }
 
     @classmethod
@@ -290,11 +296,40 @@ class Turn(_JsonMixin):
     finish_reason: str = "stop"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # not asdict: it deep-copies every token id and log-prob one by one (seconds for long episodes)
+        return {
+            "prompt_ids": list(self.prompt_ids),
+            "completion_ids": list(self.completion_ids),
+            "logprobs": list(self.logprobs),
+            "reward": self.reward,
+            "finish_reason": self.finish_reason,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Turn:
         return cls(**_known(cls, data))
+
+
+def chained_turns(turns: Sequence[Turn]) -> list[list[int]]:
+    """The turns of an episode cut into runs that form one token sequence each: turn ``k + 1``
+    continues its run when its prompt ids begin with turn ``k``'s prompt and completion ids, so
+    what lies between is exactly what the environment (or an agent) added. A turn whose prompt
+    re-renders the history differently (a chat template that drops thinking blocks, an agent that
+    edited its messages) starts a new run. Returns the turns' indices, run by run."""
+    runs: list[list[int]] = []
+    for k, turn in enumerate(turns):
+        if runs:
+            before = turns[runs[-1][-1]]
+            seen = len(before.prompt_ids) + len(before.completion_ids)
+            if (
+                len(turn.prompt_ids) >= seen
+                and turn.prompt_ids[: len(before.prompt_ids)] == before.prompt_ids
+                and turn.prompt_ids[len(before.prompt_ids) : seen] == before.completion_ids
+            ):
+                runs[-1].append(k)
+                continue
+        runs.append([k])
+    return runs
 
 
 @dataclass

@@ -375,7 +375,11 @@ class RolloutEngine:
                     )
                 )
                 # the conversation as Env.step leaves it: the action, then what the environment added
-                trajectory.messages = [*trajectory.messages, action, *result.observation.messages]
+                # (or, when an agent rewrote its history, the conversation it sends next)
+                if result.history_rewritten:
+                    trajectory.messages = list(result.observation.messages)
+                else:
+                    trajectory.messages = [*trajectory.messages, action, *result.observation.messages]
                 if result.observation.tools:  # a step may change the tool set (BFCL's miss_func reveals functions)
                     trajectory.tools = list(result.observation.tools)
                 _add_step_info(trajectory.info, result.info)

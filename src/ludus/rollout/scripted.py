@@ -48,7 +48,13 @@ class OraclePolicy(Policy):
         env = env_factory()
         try:
             for request in episodes:
-                opening = _opening(env.reset(request.task, request.seed).messages)
+                try:
+                    opening = _opening(env.reset(request.task, request.seed).messages)
+                except Exception as exc:  # noqa: BLE001 - a setup failure of the oracle, said in one line
+                    raise ValueError(
+                        f"the oracle could not open task {request.task.id!r} of environment {env.name!r} to learn "
+                        f"how it begins: {type(exc).__name__}: {exc}"
+                    ) from None
                 actions = env.reference_actions(request.task)
                 if actions is None:
                     raise ValueError(

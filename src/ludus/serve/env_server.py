@@ -192,7 +192,7 @@ class EnvServer:
         from ludus.serve.net import ConnectionGuard
 
         self.factory, self.limits = factory, limits or ServerLimits()
-        self._token = _checked_token(token)
+        self._token = checked_token(token)
         warn = on_warning or _warn
         probe = factory()  # the environment's description, and a clear error now rather than per session
         try:
@@ -771,7 +771,7 @@ async def _respond_bytes(
     await send({"type": "http.response.body", "body": data})
 
 
-def _checked_token(token: str | None) -> bytes | None:
+def checked_token(token: str | None) -> bytes | None:
     """The token as the bytes a request must carry; refused now if it is guessable or could not
     travel in a header."""
     if not token:
@@ -854,7 +854,7 @@ def serve(
             f"serving on {host} reaches other machines: set a token (--token-file or LUDUS_ENV_TOKEN) so that "
             "only your trainers can play, or bind 127.0.0.1"
         )
-    _checked_token(token)  # a weak token is refused before any environment is built
+    checked_token(token)  # a weak token is refused before any environment is built
     limits = fit_to_descriptors(factory, limits or ServerLimits(), on_warning or _warn)
     app = EnvServer(factory, token=token, limits=limits, env_args=env_args, on_warning=on_warning)
     sock = listen(host, port)
@@ -959,4 +959,4 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-__all__ = ["EnvServer", "Refusal", "ServerLimits", "fit_to_descriptors", "public_task", "serve"]
+__all__ = ["EnvServer", "Refusal", "ServerLimits", "checked_token", "fit_to_descriptors", "public_task", "serve"]

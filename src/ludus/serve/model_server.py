@@ -1,10 +1,12 @@
 """An OpenAI-compatible chat-completions server for any local :class:`Policy`.
 
 ``ludus serve-model`` puts the tiny model or a transformers checkpoint behind the API that vLLM
-and OpenAI speak, so :class:`ludus.policies.openai.OpenAIPolicy` and other tools can use it.
-Concurrent requests are micro-batched: one background task gathers what is pending and runs it
-through ``policy.generate`` in a single worker thread, so the model is never used by two threads
-at once and each forward pass is as wide as the traffic allows.
+and OpenAI speak, so :class:`ludus.policies.openai.OpenAIPolicy` and other tools can use it. The
+wire layer is the one every Ludus OpenAI server shares (``openai_front.py``); here is its
+backend for a local policy, :class:`PolicyBackend`. Concurrent requests are micro-batched: one
+background task gathers what is pending and runs it through ``policy.generate`` in a single
+worker thread, so the model is never used by two threads at once and each forward pass is as
+wide as the traffic allows.
 
 For training with generation here (``ludus train --rollout-server``), a transformers model also
 answers ``POST /v1/completions`` with a prompt of token ids (token in, token out: the sampled ids
@@ -19,120 +21,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 try:
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi import FastAPI
     from pydantic import BaseModel, Field
-    from starlette.exceptions import HTTPException
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"the model server needs FastAPI and uvicorn: pip install 'ludus[serve]' ({exc})") from exc
 
-from ludus.core.types import Message, ToolCall, ToolSpec
+from ludus.core.types import Message, ToolSpec
 from ludus.policies.base import Completion, Policy, SamplingParams
-from ludus.policies.openai import arguments_from_wire, tool_call_to_wire
-from ludus.serve.browser import BrowserGuard, BrowserRules
+from ludus.serve.openai_front import ChatCall, OpenAIError, TextCall, openai_app
 
 # Once a request is pending, wait this long for others to share its batch.
 BATCH_WINDOW_S = 0.002
-# Log-probs JSON cannot carry -inf; vLLM sends this instead.
-LOGPROB_FLOOR = -9999.0
 
 
-# ---- the request -------------------------------------------------------------------------------
-class _Function(BaseModel):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
+@dataclass(frozen=True)
+class Sampled:
+    """What one request got from the model: its completions, the weight version that sampled
+    them (the policy's ``version`` as the batch began) and how many prompts shared that
+    ``generate`` call."""
 
-
-class _ToolCallIn(BaseModel):
-    id: str = ""
-    type: Literal["function"] = "function"
-    function: _Function
-
-
-class _TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class _MessageIn(BaseModel):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[_TextPart] | None = None
-    tool_calls: list[_ToolCallIn] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-
-    def to_message(self) -> Message:
-        content = self.content if not isinstance(self.content, list) else "\n".join(p.text for p in self.content)
-        calls = [
-            ToolCall(c.function.name, arguments_from_wire(c.function.arguments), id=c.id) for c in self.tool_calls or []
-        ]
-        return Message(self.role, content or "", tool_calls=calls, tool_call_id=self.tool_call_id, name=self.name)
-
-
-class _FunctionSpec(BaseModel):
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-
-
-class _ToolIn(BaseModel):
-    type: Literal["function"] = "function"
-    function: _FunctionSpec
-
-
-class ChatRequest(BaseModel):
-    """The fields this server reads; others (``tool_choice``, ``user``, ...) are ignored."""
-
-    model: str | None = None
-    messages: list[_MessageIn] = Field(min_length=1)
-    tools: list[_ToolIn] | None = None
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1)
-    seed: int | None = Field(None, ge=0, lt=2**63)
-    logprobs: bool | None = None
-    return_tokens_as_token_ids: bool | None = None
-    return_token_ids: bool | None = None
-    stream: bool | None = None
-    stop: str | list[str] | None = None
-
-
-class CompletionRequest(BaseModel):
-    """``/v1/completions`` as the rollout client sends it: a prompt of token ids, or several (one
-    choice each, in order); or text, which the model's tokenizer encodes."""
-
-    model: str | None = None
-    prompt: list[int] | list[list[int]] | str = Field(min_length=1)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    seed: int | None = Field(None, ge=0, lt=2**63)
-    logprobs: int | None = Field(None, ge=0)
-    return_token_ids: bool | None = None
-    stop_token_ids: list[int] | None = None
-    add_special_tokens: bool | None = None
-    stream: bool | None = None
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, code: str, param: str | None = None):
-        super().__init__(message)
-        self.code, self.param = code, param
+    completions: list[Completion]
+    weight_version: int
+    batch: int
 
 
 # ---- micro-batching ----------------------------------------------------------------------------
@@ -142,8 +61,7 @@ class _Pending:
     tools: list[list[ToolSpec]]
     sampling: SamplingParams
     seed: int | None
-    token_texts: bool  # decode each completion token (for log-probs) in the worker thread too
-    done: asyncio.Future[list[tuple[Completion, list[str]]]]
+    done: asyncio.Future[Sampled]
     prompt_ids: list[list[int]] | None = None  # token-id prompts (/v1/completions) instead of conversations
 
     @property
@@ -159,7 +77,6 @@ class _Batcher:
         self._pending: deque[_Pending] = deque()
         self._wakeup = asyncio.Event()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ludus-model")
-        self._decode = _token_decoder(policy)
 
     async def submit(
         self,
@@ -167,11 +84,10 @@ class _Batcher:
         tools: list[list[ToolSpec]],
         sampling: SamplingParams,
         seed: int | None,
-        token_texts: bool,
         prompt_ids: list[list[int]] | None = None,
-    ) -> list[tuple[Completion, list[str]]]:
+    ) -> Sampled:
         done = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(conversations, tools, sampling, seed, token_texts, done, prompt_ids))
+        self._pending.append(_Pending(conversations, tools, sampling, seed, done, prompt_ids))
         self._wakeup.set()
         return await done
 
@@ -223,11 +139,10 @@ class _Batcher:
         generator = None if head.seed is None else torch.Generator().manual_seed(head.seed)
         conversations = [c for p in group for c in p.conversations]
         tools = [t for p in group for t in p.tools]
-        texts = any(p.token_texts for p in group)
         prompts = None if head.prompt_ids is None else [ids for p in group for ids in p.prompt_ids or []]
         try:
-            results = await asyncio.get_running_loop().run_in_executor(
-                self._worker, self._generate, conversations, head.sampling, generator, tools, texts, prompts
+            version, completions = await asyncio.get_running_loop().run_in_executor(
+                self._worker, self._generate, conversations, head.sampling, generator, tools, prompts
             )
         except ValueError as exc:  # the model refuses an input (a prompt too long for it)
             if len(group) > 1:  # find the request at fault; the others still get their answers
@@ -242,7 +157,7 @@ class _Batcher:
             return
         start = 0
         for pending in group:
-            _settle(pending, results[start : start + pending.size])
+            _settle(pending, Sampled(completions[start : start + pending.size], version, len(completions)))
             start += pending.size
 
     def _generate(
@@ -251,9 +166,9 @@ class _Batcher:
         sampling: SamplingParams,
         generator: torch.Generator | None,
         tools: list[list[ToolSpec]],
-        texts: bool,
         prompts: list[list[int]] | None = None,
-    ) -> list[tuple[Completion, list[str]]]:
+    ) -> tuple[int, list[Completion]]:
+        version = self.policy.version  # read before sampling: never newer than the weights that sample
         if prompts is not None:
             completions = self.policy.generate_from_ids(prompts, sampling, generator=generator)  # type: ignore[attr-defined]
         else:
@@ -261,11 +176,10 @@ class _Batcher:
         asked = len(prompts) if prompts is not None else len(conversations)
         if len(completions) != asked:
             raise RuntimeError(f"the policy returned {len(completions)} completions for {asked} prompts")
-        decode = self._decode if texts else None
-        return [(c, [decode(i) for i in c.completion_ids] if decode else []) for c in completions]
+        return version, completions
 
 
-def _settle(pending: _Pending, outcome: list[tuple[Completion, list[str]]] | BaseException) -> None:
+def _settle(pending: _Pending, outcome: Sampled | BaseException) -> None:
     if pending.done.done():
         return
     if isinstance(outcome, BaseException):
@@ -274,64 +188,101 @@ def _settle(pending: _Pending, outcome: list[tuple[Completion, list[str]]] | Bas
         pending.done.set_result(outcome)
 
 
-def _token_decoder(policy: Policy) -> Callable[[int], str] | None:
-    """Token id → text through the policy's tokenizer, if it has one with ``decode``."""
-    decode = getattr(getattr(policy, "tokenizer", None), "decode", None)
-    return (lambda i: decode([i])) if callable(decode) else None
+# ---- the backend -------------------------------------------------------------------------------
+class PolicyBackend:
+    """A local :class:`Policy` behind the OpenAI front (:func:`ludus.serve.openai_front.openai_app`):
+    requests micro-batched, at most ``max_batch`` prompts per ``generate`` call. :meth:`sample`
+    and :meth:`sample_text` also tell the weight version and the batch; :meth:`chat` and
+    :meth:`complete` are what the front calls. Start its batcher with :meth:`running` (the app's
+    lifespan)."""
 
+    def __init__(self, policy: Policy, model_name: str, max_batch: int = 32):
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.policy, self.model_name, self.max_batch = policy, model_name, max_batch
+        self._batcher: _Batcher | None = None
+        decode = getattr(getattr(policy, "tokenizer", None), "decode", None)
+        self._decode: Callable[[list[int]], str] | None = decode if callable(decode) else None
 
-# ---- the response ------------------------------------------------------------------------------
-def _choice(
-    index: int, completion: Completion, texts: list[str], request: ChatRequest, with_logprobs: bool
-) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": completion.text if completion.text or not completion.tool_calls else None,
-    }
-    if completion.tool_calls:
-        message["tool_calls"] = [tool_call_to_wire(c, i) for i, c in enumerate(completion.tool_calls)]
-    choice: dict[str, Any] = {
-        "index": index,
-        "message": message,
-        "logprobs": None,
-        "finish_reason": completion.finish_reason,
-    }
-    if with_logprobs:
-        content = []
-        for k, (token_id, logprob) in enumerate(zip(completion.completion_ids, completion.logprobs, strict=False)):
-            text = texts[k] if texts else None
-            content.append(
-                {
-                    "token": f"token_id:{token_id}" if request.return_tokens_as_token_ids or text is None else text,
-                    "logprob": logprob if math.isfinite(logprob) else LOGPROB_FLOOR,
-                    "bytes": list(text.encode("utf-8")) if text is not None else None,
-                    "top_logprobs": [],
-                }
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The batcher's task on the running event loop, for as long as the block lasts."""
+        batcher = _Batcher(self.policy, self.max_batch)
+        task = asyncio.create_task(batcher.run())
+        self._batcher = batcher
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            batcher.close()
+            self._batcher = None
+
+    @property
+    def batcher(self) -> _Batcher:
+        if self._batcher is None:
+            raise RuntimeError("the policy backend is not running: serve its app (or enter backend.running())")
+        return self._batcher
+
+    async def sample(self, call: ChatCall) -> Sampled:
+        """``call.n`` completions of the call's conversation, with the version that sampled them."""
+        if call.n > self.max_batch:
+            raise OpenAIError(
+                400, f"n={call.n} exceeds this server's max batch of {self.max_batch}", "invalid_value", "n"
             )
-        choice["logprobs"] = {"content": content}
-    if request.return_token_ids:
-        choice["token_ids"] = completion.completion_ids
-    return choice
+        try:
+            return await self.batcher.submit(
+                [list(call.messages) for _ in range(call.n)], [list(call.tools)] * call.n, call.sampling, call.seed
+            )
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc), "invalid_prompt", "messages") from None
 
+    async def sample_text(self, call: TextCall) -> Sampled:
+        """``/v1/completions``: each prompt ``call.n`` times; completions carry their raw text."""
+        tokenizer = getattr(self.policy, "tokenizer", None)
+        if not callable(getattr(self.policy, "generate_from_ids", None)) or tokenizer is None:
+            raise OpenAIError(
+                400,
+                f"{self.model_name} answers chat completions only (/v1/chat/completions); completions of token ids "
+                "need a transformers model (--model hf:PATH)",
+                "unsupported_value",
+                "prompt",
+            )
+        eos = set(getattr(self.policy, "eos_ids", ()))
+        if call.stop_token_ids and not set(call.stop_token_ids) <= eos:
+            raise OpenAIError(
+                400,
+                f"this server stops at the model's end-of-sequence tokens {sorted(eos)} only; "
+                f"got stop_token_ids {call.stop_token_ids}",
+                "unsupported_value",
+                "stop_token_ids",
+            )
+        if isinstance(call.prompt, str):
+            prompts = [tokenizer.encode(call.prompt, add_special_tokens=call.add_special_tokens)]
+        else:
+            prompts = call.prompt
+        prompts = [ids for ids in prompts for _ in range(call.n)]
+        try:
+            sampled = await self.batcher.submit([], [], call.sampling, call.seed, prompt_ids=prompts)
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc), "invalid_prompt", "prompt") from None
+        texts = [tokenizer.decode(c.completion_ids, skip_special_tokens=True) for c in sampled.completions]
+        completions = [replace(c, text=text, tool_calls=[]) for c, text in zip(sampled.completions, texts, strict=True)]
+        return replace(sampled, completions=completions)
 
-def _error(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
+    async def chat(self, call: ChatCall) -> list[Completion]:
+        return (await self.sample(call)).completions
 
+    async def complete(self, call: TextCall) -> list[Completion]:
+        return (await self.sample_text(call)).completions
 
-_UNION_TAGS = {"str", "int", "float", "bool", "dict", "list"}
+    def token_text(self, token_id: int) -> str | None:
+        """A token's text through the policy's tokenizer; None without one."""
+        return None if self._decode is None else self._decode([token_id])
 
-
-def _field(location: tuple[Any, ...]) -> str:
-    """``messages.0.role`` from pydantic's location, without ``body`` and the names of union members."""
-    parts = [str(p) for p in location[1:] if not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS))]
-    return ".".join(parts) or "body"
-
-
-def _problem(error: dict[str, Any]) -> str:
-    if error["type"] == "json_invalid":
-        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', error['msg'])})"
-    return f"{_field(tuple(error['loc']))}: {error['msg']}"
+    def health(self) -> dict[str, Any]:
+        return {"queued": self.batcher.queued if self._batcher is not None else 0}
 
 
 # ---- the app -----------------------------------------------------------------------------------
@@ -352,183 +303,15 @@ def create_app(
     ``allow_origins`` names theirs, and DNS names other than localhost unless ``allow_hosts``
     does (:class:`ludus.serve.browser.BrowserGuard`, as serve-env): a page the user opens must
     not reach a server on their machine."""
-    if max_batch < 1:
-        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-    rules = BrowserRules(allow_origins, allow_hosts)  # checked now: a bad flag stops the server at start
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher = _Batcher(policy, max_batch)
-        task = asyncio.create_task(batcher.run())
-        app.state.batcher = batcher
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            batcher.close()
-
-    app = FastAPI(title=f"ludus model server: {model_name}", lifespan=lifespan)
-    app.add_middleware(BrowserGuard, rules=rules)
-    created = int(time.time())
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = _field(tuple(errors[0]["loc"])) if errors and errors[0]["type"] != "json_invalid" else None
-        return _error(400, "; ".join(map(_problem, errors)) or "invalid request", "invalid_value", first)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "http_error")
-
-    @app.exception_handler(_BadRequest)
-    async def bad_request(request: Request, exc: _BadRequest) -> JSONResponse:
-        return _error(404 if exc.code == "model_not_found" else 400, str(exc), exc.code, exc.param)
-
-    @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
-        return {"status": "ok", "model": model_name, "queued": request.app.state.batcher.queued}
-
-    def refuse_unserved(body: ChatRequest | CompletionRequest) -> None:
-        """What both endpoints refuse alike: another model's name, streaming."""
-        if body.model is not None and body.model != model_name:
-            raise _BadRequest(
-                f"model {body.model!r} is not served here; this server serves {model_name!r}",
-                "model_not_found",
-                "model",
-            )
-        if body.stream:
-            raise _BadRequest("streaming is not supported; send stream=false", "unsupported_value", "stream")
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": model_name, "object": "model", "created": created, "owned_by": "ludus"}],
-        }
-
-    @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(body: ChatRequest, request: Request) -> dict[str, Any] | JSONResponse:
-        refuse_unserved(body)
-        if body.stop:
-            raise _BadRequest("stop sequences are not supported; leave stop unset", "unsupported_value", "stop")
-        n = body.n or 1
-        if n > max_batch:
-            raise _BadRequest(f"n={n} exceeds this server's max batch of {max_batch}", "invalid_value", "n")
-        defaults = SamplingParams()
-        sampling = SamplingParams(
-            temperature=defaults.temperature if body.temperature is None else body.temperature,
-            top_p=defaults.top_p if body.top_p is None else body.top_p,
-            max_tokens=body.max_completion_tokens or body.max_tokens or defaults.max_tokens,
-        )
-        try:
-            conversation = [m.to_message() for m in body.messages]
-        except (ValueError, TypeError) as exc:
-            raise _BadRequest(str(exc), "invalid_value", "messages") from None
-        tools = [ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in body.tools or []]
-        with_logprobs = bool(body.logprobs)
-        try:
-            answers = await request.app.state.batcher.submit(
-                [list(conversation) for _ in range(n)], [tools] * n, sampling, body.seed, with_logprobs
-            )
-        except ValueError as exc:
-            raise _BadRequest(str(exc), "invalid_prompt", "messages") from None
-        except Exception as exc:  # the model failed on good input: say so in the OpenAI format
-            return _error(500, f"the model failed: {type(exc).__name__}: {exc}", "model_error")
-        choices = [_choice(i, c, texts, body, with_logprobs) for i, (c, texts) in enumerate(answers)]
-        prompt_ids = answers[0][0].prompt_ids
-        completion_tokens = sum(len(c.completion_ids) for c, _ in answers)
-        response: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt_ids) + completion_tokens,
-            },
-        }
-        if body.return_token_ids:
-            response["prompt_token_ids"] = prompt_ids
-        return response
-
-    @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionRequest, request: Request) -> dict[str, Any] | JSONResponse:
-        tokenizer = getattr(policy, "tokenizer", None)
-        if not callable(getattr(policy, "generate_from_ids", None)) or tokenizer is None:
-            raise _BadRequest(
-                f"{model_name} answers chat completions only (/v1/chat/completions); completions of token ids "
-                "need a transformers model (--model hf:PATH)",
-                "unsupported_value",
-                "prompt",
-            )
-        refuse_unserved(body)
-        eos = set(getattr(policy, "eos_ids", ()))
-        if body.stop_token_ids and not set(body.stop_token_ids) <= eos:
-            raise _BadRequest(
-                f"this server stops at the model's end-of-sequence tokens {sorted(eos)} only; "
-                f"got stop_token_ids {body.stop_token_ids}",
-                "unsupported_value",
-                "stop_token_ids",
-            )
-        if isinstance(body.prompt, str):
-            prompts = [tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)]
-        elif body.prompt and isinstance(body.prompt[0], list):
-            prompts = [list(p) for p in body.prompt]  # type: ignore[union-attr]
-        else:
-            prompts = [list(body.prompt)]  # type: ignore[arg-type]
-        defaults = SamplingParams()
-        sampling = SamplingParams(
-            temperature=defaults.temperature if body.temperature is None else body.temperature,
-            top_p=defaults.top_p if body.top_p is None else body.top_p,
-            max_tokens=body.max_tokens or defaults.max_tokens,
-        )
-        try:
-            answers = await request.app.state.batcher.submit([], [], sampling, body.seed, False, prompt_ids=prompts)
-        except ValueError as exc:
-            raise _BadRequest(str(exc), "invalid_prompt", "prompt") from None
-        except Exception as exc:  # the model failed on good input: say so in the OpenAI format
-            return _error(500, f"the model failed: {type(exc).__name__}: {exc}", "model_error")
-        choices = []
-        for index, (completion, _) in enumerate(answers):
-            ids = completion.completion_ids
-            choice: dict[str, Any] = {
-                "index": index,
-                "text": tokenizer.decode(ids, skip_special_tokens=True),
-                "logprobs": None,
-                "finish_reason": "length" if completion.finish_reason == "length" else "stop",
-            }
-            if body.logprobs is not None:
-                choice["logprobs"] = {
-                    "tokens": [f"token_id:{i}" for i in ids],
-                    "token_logprobs": [lp if math.isfinite(lp) else LOGPROB_FLOOR for lp in completion.logprobs],
-                    "text_offset": [],
-                    "top_logprobs": [],
-                }
-            if body.return_token_ids:
-                choice["token_ids"], choice["prompt_token_ids"] = ids, completion.prompt_ids
-            choices.append(choice)
-        prompt_tokens = sum(len(c.prompt_ids) for c, _ in answers)
-        completion_tokens = sum(len(c.completion_ids) for c, _ in answers)
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-
+    backend = PolicyBackend(policy, model_name, max_batch)
+    app = openai_app(
+        backend,
+        allow_origins=allow_origins,
+        allow_hosts=allow_hosts,
+        lifespan=lambda app: backend.running(),
+    )
     if weight_updates:
-        _add_weight_endpoints(app, policy)
+        _add_weight_endpoints(app, backend)
     return app
 
 
@@ -543,31 +326,33 @@ class _VersionRequest(BaseModel):
     new_version: str
 
 
-def _add_weight_endpoints(app: FastAPI, policy: Policy) -> None:
+def _add_weight_endpoints(app: FastAPI, backend: PolicyBackend) -> None:
     """vLLM's development-mode weight endpoints, as far as a trainer needs them."""
     state = {"weight_version": "default"}
 
     @app.post("/collective_rpc")
-    async def collective_rpc(body: _RpcRequest, request: Request) -> dict[str, Any]:
+    async def collective_rpc(body: _RpcRequest) -> dict[str, Any]:
         if body.method != "reload_weights":
-            raise _BadRequest(
+            raise OpenAIError(
+                400,
                 f"method {body.method!r} is not known here; this server runs reload_weights only",
                 "unsupported_value",
                 "method",
             )
         path = body.kwargs.get("weights_path")
-        load = getattr(policy, "load_weights", None)
+        load = getattr(backend.policy, "load_weights", None)
         if not isinstance(path, str) or load is None:
-            raise _BadRequest(
+            raise OpenAIError(
+                400,
                 "reload_weights needs kwargs.weights_path (a folder of safetensors) and a transformers model",
                 "invalid_value",
                 "kwargs.weights_path",
             )
         try:
-            await request.app.state.batcher.between_batches(lambda: load(path))
+            await backend.batcher.between_batches(lambda: load(path))
         except (OSError, ValueError) as exc:
-            raise _BadRequest(
-                f"cannot load weights from {path}: {exc}", "invalid_value", "kwargs.weights_path"
+            raise OpenAIError(
+                400, f"cannot load weights from {path}: {exc}", "invalid_value", "kwargs.weights_path"
             ) from None
         return {"results": [None]}
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
+import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -149,6 +150,14 @@ class ConnectionGuard:
             del self.idle_sockets[key]
             self.sockets_closed_idle += 1
             close()
+
+
+def guarded_server(app: Any) -> uvicorn.Server:
+    """A uvicorn server for ``app`` behind serve-env's connection layer with its default limits
+    (request heads, pipelining, slow clients, as many connections as descriptors allow): the
+    model server, the proxy and the agent gateway all start from it."""
+    guard = ConnectionGuard(max(16, spare_descriptors(64)), request_timeout_s=10.0, max_pipelined=32)
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", **connection_options(guard)))
 
 
 def connection_options(guard: ConnectionGuard) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 1. **Advantages** — one per turn, from the group's rewards (:func:`group_advantages`,
    :func:`turn_advantages`, :func:`advantages_per_turn`).
-2. **The token batch** — every policy turn with a non-zero advantage becomes a :class:`Sample`:
-   its prompt and completion tokens, the *behaviour* log-probs recorded when it was sampled,
-   and its advantage (:func:`build_samples`).
+2. **The token batch** — policy turns with a non-zero advantage become :class:`Sample` s: the
+   prompt and completion tokens, the *behaviour* log-probs recorded when they were sampled, and
+   the advantage (:func:`build_samples`). The turns of an episode that form one token sequence
+   are one sample, the environment's tokens between them masked out of the loss.
 3. **The loss** — clipped ratios, KL to a reference, entropy bonus, importance weights for stale
    samples (:func:`policy_loss`).
 4. **Reference log-probs** — under the frozen initial weights, for the KL term (:func:`reference_logprobs`).
@@ -25,6 +26,19 @@ Advantages (one reward per sample, ``G`` samples per prompt):
 Multi-turn episodes (``turn_credit``): by default every turn of a sample is trained with the
 advantage of its episode return. With ``"reward_to_go"`` turn ``k`` gets the return from turn
 ``k`` on instead, centred and scaled by the same group baseline and scale (:func:`turn_advantages`).
+
+Token-exact multi-turn samples: the ids trained on are the ids sampled, never text tokenised again.
+When turn ``k + 1``'s prompt ids begin with turn ``k``'s prompt and completion ids
+(:func:`~ludus.core.types.chained_turns`), the two are one sequence: one sample whose completion
+runs from the end of the first turn's prompt to the end of the last turn's reply, with a loss mask
+that is 1 on the tokens the policy sampled and 0 on those the environment added between turns
+(tool results, feedback). A turn whose prompt re-renders the history otherwise (a chat template
+that drops earlier thinking blocks, an agent that edited its messages) starts a new sample with
+the same advantage: merging it would train on ids the policy never saw as its context. Masked
+tokens enter no term of the loss and no statistic (:func:`policy_loss`). One sample per run of
+turns rather than one per turn scores the shared context once instead of once per turn, and its
+gradient is the per-turn samples' (``loss_agg="token-mean"``); :func:`chaining_metrics` counts
+merged and split turns.
 
 Per-token loss, with ratio ``ρ = exp(logp - logp_old)``::
 
@@ -77,6 +91,11 @@ Aggregation over tokens (``loss_agg``):
 * ``"seq-mean-token-mean"`` — mean within each sequence, then over sequences (original GRPO).
 * ``"seq-mean-token-sum-norm"`` — sum within each sequence divided by a constant (the batch's
   maximum length), then mean over sequences (Dr. GRPO): no length normalisation bias.
+
+Only a sample's mask-1 tokens count: ``"token-mean"`` divides by the batch's sampled tokens,
+``"seq-mean-token-mean"`` by each sample's. ``"seq-mean-token-sum-norm"``'s constant stays the
+batch's longest completion, the environment's tokens of a merged sample included: a constant, so
+the loss keeps no length bias either way.
 """
 
 from __future__ import annotations
@@ -84,12 +103,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, groupby
 from typing import get_args
 
 import torch
 
-from ludus.core.types import Trajectory
+from ludus.core.types import Trajectory, Turn, chained_turns
 from ludus.policies.base import TrainablePolicy
 from ludus.train.config import ImportanceMode, ImportanceRatio, LossAgg, LossConfig, Scale
 
@@ -219,26 +238,87 @@ def advantages_per_turn(groups: Sequence[Sequence[Trajectory]], config: LossConf
 
 @dataclass
 class Sample:
-    """One policy turn with its advantage: the unit of the loss."""
+    """One policy turn, or a run of turns that form one token sequence, with its advantage: the
+    unit of the loss."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
-    behaviour_logprobs: list[float]  # the sampling policy's, recorded when it sampled the turn
+    behaviour_logprobs: list[float]  # the sampling policy's, recorded when it sampled the turn (0.0 where masked)
     advantage: float
     policy_version: int = 0  # the version of the weights that sampled it
+    # per completion token, 1 where the policy sampled it and the loss reads it, 0 on the tokens the
+    # environment added between merged turns (and on turns left out by overlong_filter); None: all 1
+    loss_mask: list[int] | None = None
+
+    def token_mask(self) -> torch.Tensor:
+        """:attr:`loss_mask` as a bool tensor, one entry per completion token."""
+        if self.loss_mask is None:
+            return torch.ones(len(self.completion_ids), dtype=torch.bool)
+        return torch.tensor(self.loss_mask, dtype=torch.bool)
+
+
+def _run_sample(turns: Sequence[Turn], advantage: float, version: int, config: LossConfig) -> Sample | None:
+    """One sample of chained ``turns`` (each one's prompt ids begin with the previous one's prompt
+    and completion ids): the ids of the last turn's sequence, each turn's reply at the offset its
+    own prompt ends at, what lies between taken from the next turn's prompt ids and masked. A turn
+    left out by ``overlong_filter`` is masked, not cut out (later prompts contain it); masked tokens
+    at either end go to the prompt or are dropped. None when no token is left to train."""
+    start = len(turns[0].prompt_ids)
+    ids = turns[-1].prompt_ids + turns[-1].completion_ids
+    mask = [0] * (len(ids) - start)
+    behaviour = [0.0] * len(mask)
+    for turn in turns:
+        if config.overlong_filter and turn.finish_reason == "length":
+            continue
+        at, n = len(turn.prompt_ids) - start, len(turn.completion_ids)
+        mask[at : at + n] = [1] * n
+        behaviour[at : at + n] = turn.logprobs
+    if 1 not in mask:
+        return None
+    lo, hi = mask.index(1), len(mask) - mask[::-1].index(1)
+    trained = mask[lo:hi]
+    return Sample(
+        ids[: start + lo],
+        ids[start + lo : start + hi],
+        behaviour[lo:hi],
+        advantage,
+        version,
+        None if all(trained) else trained,
+    )
 
 
 def build_samples(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> list[Sample]:
-    """Every turn of every trajectory as a :class:`Sample`, except turns with advantage 0 when
-    there is no KL term (they would contribute no gradient, so they cost compute for nothing)
-    and, with ``overlong_filter``, turns cut off at ``max_tokens``."""
+    """The :class:`Sample` s of every trajectory: each run of :func:`chained_turns` is one sample
+    (a single turn is a plain one); under ``turn_credit="reward_to_go"``, where turns' advantages
+    differ, a run is cut where the advantage changes, since a sample has one. Left out: samples
+    with advantage 0 when there is no KL term (no gradient, compute for nothing) and, with
+    ``overlong_filter``, turns cut off at ``max_tokens``."""
     trajs = [t for group in groups for t in group]
-    return [
-        Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a, traj.policy_version)
-        for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True)
-        for turn, a in zip(traj.turns, advantages, strict=True)
-        if (a != 0.0 or config.beta > 0) and not (config.overlong_filter and turn.finish_reason == "length")
-    ]
+    samples: list[Sample] = []
+    for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True):
+        for run in chained_turns(traj.turns):
+            for a, same in groupby(run, key=advantages.__getitem__):
+                if a == 0.0 and config.beta <= 0:
+                    continue
+                sample = _run_sample([traj.turns[k] for k in same], a, traj.policy_version, config)
+                if sample is not None:
+                    samples.append(sample)
+    return samples
+
+
+def chaining_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, int]:
+    """How the step's multi-turn episodes became token sequences: later turns that continued the
+    previous turn's ids (merged into its sample), later turns that did not (a new sample: the
+    history was re-rendered or edited), and episodes that had such a split. Empty when no episode
+    had a second turn, so single-turn runs log nothing new."""
+    runs = [chained_turns(t.turns) for group in groups for t in group if len(t.turns) > 1]
+    if not runs:
+        return {}
+    return {
+        "multiturn/merged_turns": sum(len(run) - 1 for episode in runs for run in episode),
+        "multiturn/split_turns": sum(len(episode) - 1 for episode in runs),
+        "multiturn/split_episodes": sum(len(episode) > 1 for episode in runs),
+    }
 
 
 def overlong_metrics(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> dict[str, float]:
@@ -299,6 +379,12 @@ def policy_loss(
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
     if importance_mode not in IMPORTANCE_MODES:
         raise ValueError(f"importance_mode must be one of {IMPORTANCE_MODES}, got {importance_mode!r}")
+    # Untrained positions (padding, the environment's tokens of a merged sample) hold placeholders
+    # or log-probs of text the policy never chose: zeroed, so none reaches a term even as inf·0.
+    untrained = ~mask.bool()
+    logp, proximal_logp = logp.masked_fill(untrained, 0.0), proximal_logp.masked_fill(untrained, 0.0)
+    ref_logp = None if ref_logp is None else ref_logp.masked_fill(untrained, 0.0)
+    behaviour_logp = None if behaviour_logp is None else behaviour_logp.masked_fill(untrained, 0.0)
     mask = mask.to(logp.dtype)
     lengths = mask.sum(1).clamp(min=1)
 
@@ -428,14 +514,15 @@ class SamplerMismatch(RuntimeError):
 
 def logprob_gap(samples: list[Sample], proximal: Sequence[torch.Tensor], version: int) -> dict[str, float]:
     """How far the behaviour log-probs are from the learner's (``proximal``) over the tokens of
-    samples drawn by weights of ``version``, the learner's: mean and max |Δ log p| per token and
-    the fraction of tokens past :data:`GAP_BOUND`. Empty when no sample is of that version (a
-    staler one's gap is also the policy's own change, which the importance weights correct).
+    samples drawn by weights of ``version``, the learner's (the tokens they sampled, mask 1): mean
+    and max |Δ log p| per token and the fraction of tokens past :data:`GAP_BOUND`. Empty when no
+    sample is of that version (a staler one's gap is also the policy's own change, which the
+    importance weights correct).
 
     In process the two are the same arithmetic (about 1e-7 apart); a rollout server holding the
     learner's weights in float32 is about 1e-6 apart. More means the sampler is not the learner."""
     deltas = [
-        (p - torch.tensor(s.behaviour_logprobs, dtype=p.dtype, device=p.device)).abs()
+        (p - torch.tensor(s.behaviour_logprobs, dtype=p.dtype, device=p.device)).abs()[s.token_mask().to(p.device)]
         for s, p in zip(samples, proximal, strict=True)
         if s.policy_version == version and s.completion_ids
     ]
@@ -487,7 +574,7 @@ def update(learner: Learner, samples: list[Sample], config: LossConfig) -> dict[
             mask = torch.zeros_like(logp, dtype=torch.bool)
             behaviour = torch.zeros_like(logp)
             for row, s in enumerate(batch):
-                mask[row, : len(s.completion_ids)] = True
+                mask[row, : len(s.completion_ids)] = s.token_mask()
                 behaviour[row, : len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
             if measured:
                 for row, (i, s) in enumerate(zip(indices, batch, strict=True)):

@@ -602,6 +602,7 @@ class Trainer:
         record |= self.picker.metrics()
         if c.overlong_filter or c.overlong_buffer:
             record |= grpo.overlong_metrics(sampled, loss)
+        record |= grpo.chaining_metrics(sampled)
         if c.dynamic_sampling:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(groups)}
             record |= {"dynamic/rounds": batch.rounds} if batch.rounds else {}
