@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from ludus.agents.gateway import AgentGateway, EpisodeLine, PendingCall
 from ludus.agents.runner import AgentContext, AgentOutcome, AgentRun, CallableRun, CommandRun
+from ludus.agents.sandboxed import SandboxedCommandRun, agent_limits, check_sandbox, read_files
 from ludus.core.env import Env, SingleTurnEnv, Split, TaskSource
 from ludus.core.lazy import import_target
 from ludus.core.registry import factory as env_factory
@@ -50,7 +51,7 @@ class _Ended:
     for using its CPU time (``timed_out``)."""
 
     def __init__(self, outcome: AgentOutcome, timed_out: bool = False):
-        self.outcome, self.timed_out = outcome, timed_out
+        self.outcome, self.timed_out = outcome, timed_out or outcome.timed_out
 
 
 class AgentEnv(SingleTurnEnv):
@@ -67,7 +68,12 @@ class AgentEnv(SingleTurnEnv):
     ``env`` and ``env_args``: the environment whose tasks the agent gets and whose grader grades
     its answer (``"sql"``, ``"math"``…); ``share_info``: the keys of a task's ``info`` the agent
     may read (``["db"]`` for ``sql``: the database file it queries itself) — nothing else of the
-    task leaves, never its answer. ``max_turns``: model calls per episode."""
+    task leaves, never its answer. ``max_turns``: model calls per episode.
+
+    ``sandbox``: run the command in the sandbox (:mod:`ludus.agents.sandboxed`), its only network
+    the endpoint; ``sandbox_files``: the files and folders (relative to where the environment is
+    made) copied into its directory, where it starts; ``sandbox_limits``: fields of
+    :class:`~ludus.sandbox.Limits` (memory, processes, output…) other than its time."""
 
     name: ClassVar[str] = "agent"
     description: ClassVar[str] = "an agent written against the OpenAI client, trained as it is"
@@ -88,6 +94,9 @@ class AgentEnv(SingleTurnEnv):
         max_turns: int = 16,
         cpu_limit_s: float = 60.0,
         timeout_s: float = 120.0,
+        sandbox: bool = False,
+        sandbox_files: Sequence[str] = (),
+        sandbox_limits: Mapping[str, Any] | None = None,
         tasks: TaskSource | None = None,
     ):
         if (agent is None) == (command is None):
@@ -112,6 +121,18 @@ class AgentEnv(SingleTurnEnv):
         self.cwd = Path.cwd()  # where a command starts: its relative paths mean what they meant here
         self.share_info = tuple(share_info)
         self.max_turns, self.cpu_limit_s, self.timeout_s = max_turns, cpu_limit_s, timeout_s
+        if not sandbox and (sandbox_files or sandbox_limits):
+            raise ValueError("sandbox_files and sandbox_limits are for sandbox=True")
+        if sandbox and command is None:
+            raise ValueError("sandbox=True runs a command= in the sandbox; a Python agent= runs in this process")
+        self.sandbox_limits = None
+        self.sandbox_files: dict[str, bytes] = {}
+        if sandbox:
+            check_sandbox()
+            self.sandbox_limits = agent_limits(
+                sandbox_limits, cpu_s=cpu_limit_s, timeout_s=timeout_s, max_turns=max_turns
+            )
+            self.sandbox_files = read_files(list(sandbox_files), self.cwd)
         self.graded: Env | None = None if env is None else env_factory(env, dict(env_args or {}))()
         super().__init__(tasks)
         self._line: EpisodeLine | None = None
@@ -167,11 +188,15 @@ class AgentEnv(SingleTurnEnv):
         self._workdir = Path(tempfile.mkdtemp(prefix="ludus-agent-"))
         context = AgentContext(self.agent_task(task), self._line.base_url, self._line.key, self._workdir)
         line = self._line
+        on_end = lambda outcome: line.events.put(_Ended(outcome))  # noqa: E731
         if self.agent is not None:
-            self._run = CallableRun(self.agent, context, lambda outcome: line.events.put(_Ended(outcome)))
+            self._run = CallableRun(self.agent, context, on_end)
+        elif self.sandbox_limits is not None:
+            assert self.command is not None
+            self._run = SandboxedCommandRun(self.command, context, on_end, self.sandbox_files, self.sandbox_limits)
         else:
             assert self.command is not None
-            self._run = CommandRun(self.command, context, lambda outcome: line.events.put(_Ended(outcome)), self.cwd)
+            self._run = CommandRun(self.command, context, on_end, self.cwd)
         event = self._next_event()
         if isinstance(event, _Ended):
             self._stop("the agent ended")
@@ -187,6 +212,9 @@ class AgentEnv(SingleTurnEnv):
         event = self._next_event()
         if isinstance(event, _Ended):
             outcome = event.outcome
+            if outcome.infra_failure:
+                self._stop("the agent's run failed")
+                raise InfraError(f"{outcome.error}, after {self._calls} model calls: not the policy's doing")
             if event.timed_out:
                 score = Score.zero(Status.TIMEOUT, f"{outcome.error} after {self._calls} model calls")
             elif outcome.error is not None:

@@ -59,9 +59,11 @@ class EpisodeLine:
         self.key = "ludus-" + secrets.token_urlsafe(24)
         self.events: queue.Queue[Any] = queue.Queue()
         self.base_url = gateway.base_url
+        self.closed: str | None = None  # why, once closed
 
     def close(self, reason: str) -> None:
         """Refuse this episode's calls from now on (and those still waiting) with ``reason``."""
+        self.closed = reason
         self.gateway._lines.pop(self.key, None)
         while True:
             try:
@@ -100,6 +102,8 @@ class _Backend:
             )
         pending = PendingCall(call, concurrent.futures.Future())
         line.events.put(pending)
+        if line.closed is not None:  # closed from the episode's thread since it was looked up: no one takes it now
+            pending.refuse(OpenAIError(403, line.closed, "episode_ended"))
         return await asyncio.wrap_future(pending.reply)
 
 

@@ -7,23 +7,27 @@ time (a limit that decides a verdict counts CPU, never the machine's load), so e
 report it: a command's whole process tree (read from /proc by :class:`TreeClock`), a callable's
 thread.
 
-A command can be stopped (its process group is killed); a Python thread cannot. A callable that
-never returns after its episode ended keeps its thread until it does, its model calls refused:
-run agents that may hang as commands.
+A command can be stopped (with all it started, daemons too: :mod:`ludus.agents.reaper`). A Python
+agent is stopped by an exception raised in its thread, which takes effect at its next step of
+Python: one blocked in C code (a long sleep) keeps its thread until that returns, its model calls
+refused. Run agents that may hang as commands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import inspect
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,8 @@ from ludus.sandbox.load import TreeClock
 # what is kept of a command's stdout (its answer) and stderr (its complaint)
 ANSWER_BYTES = 1 << 20
 STDERR_TAIL_BYTES = 4000
+REAPER = Path(__file__).with_name("reaper.py")
+REAPER_WAIT_S = 10.0  # for the reaper to kill what a stopped command left (milliseconds, as a rule)
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class AgentContext:
 
     task: dict[str, Any]
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)  # a secret: never in a log line
     workdir: Path
 
 
@@ -55,13 +61,17 @@ class AgentOutcome:
     """How an agent's run ended. ``answer``: what a callable returned (as text; ``None`` if it
     returned nothing) or what a command printed on stdout (stripped). ``error``: the exception a
     callable raised or a command's non-zero exit with the end of its stderr; ``None`` when it
-    ended normally. ``workdir``: the directory it worked in."""
+    ended normally. ``workdir``: the directory it worked in. ``timed_out``: stopped at its CPU
+    limit by the run itself (the sandbox counts it); ``infra_failure``: what ran the agent failed,
+    not the agent (``error`` says how), so nothing of the episode is graded."""
 
     answer: str | None
     error: str | None
     workdir: Path
     exit_code: int | None = None
     cpu_s: float = 0.0
+    timed_out: bool = False
+    infra_failure: bool = False
 
 
 class AgentRun:
@@ -77,6 +87,11 @@ class AgentRun:
         raise NotImplementedError
 
 
+class AgentStopped(BaseException):
+    """Raised in a Python agent's thread when its run is stopped (its episode ended): a
+    ``BaseException``, so that the agent's own ``except Exception`` does not hold it."""
+
+
 class CallableRun(AgentRun):
     """A Python agent in a thread of its own; an async one runs on an event loop of that thread."""
 
@@ -86,10 +101,19 @@ class CallableRun(AgentRun):
         self._agent, self._context, self._on_end = agent, context, on_end
         self._clock: int | None = None
         self._last_cpu = 0.0
+        self._lock = threading.Lock()
+        self._returned = False  # the agent's code is done: nothing of it is left to stop
+        self._stopped = False
         self._thread = threading.Thread(target=self._main, daemon=True, name="ludus-agent")
         self._thread.start()
 
     def _main(self) -> None:
+        try:
+            self._run()
+        except AgentStopped:
+            pass  # stopped as it ended: its episode reads no outcome now
+
+    def _run(self) -> None:
         self._clock = time.pthread_getcpuclockid(threading.get_ident())
         answer, error = None, None
         try:
@@ -99,6 +123,8 @@ class CallableRun(AgentRun):
             answer = None if result is None else str(result)
         except BaseException as exc:  # noqa: BLE001 - the agent's failure, reported, never ours
             error = f"{type(exc).__name__}: {exc}"[:STDERR_TAIL_BYTES]
+        with self._lock:
+            self._returned = True
         cpu = self.cpu_s()
         self._on_end(AgentOutcome(answer, error, self._context.workdir, cpu_s=cpu))
 
@@ -111,7 +137,16 @@ class CallableRun(AgentRun):
         return self._last_cpu
 
     def stop(self) -> None:
-        pass  # a thread cannot be stopped; its model calls are refused once the episode ends
+        """Raise :class:`AgentStopped` in the agent's thread, once: Python code (a busy loop, a
+        model call, which the ended episode refuses) stops at its next step; a call into C code (a
+        sleep) first returns."""
+        with self._lock:
+            if self._returned or self._stopped or self._thread.ident is None:
+                return
+            self._stopped = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self._thread.ident), ctypes.py_object(AgentStopped)
+            )
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -123,7 +158,8 @@ class CommandRun(AgentRun):
     on stdin and in the file ``$LUDUS_TASK_FILE``, its working directory in ``$LUDUS_WORKDIR``
     (``{task_file}`` and ``{workdir}`` in the arguments are replaced by those paths),
     ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` in its environment; its answer is what it prints
-    on stdout."""
+    on stdout. It runs under :mod:`ludus.agents.reaper`, so that whatever it starts, daemons
+    included, ends with it, and counts in its CPU time."""
 
     def __init__(
         self, command: Sequence[str], context: AgentContext, on_end: Callable[[AgentOutcome], None], cwd: Path
@@ -143,7 +179,7 @@ class CommandRun(AgentRun):
             "LUDUS_WORKDIR": str(context.workdir),
         }
         self._process = subprocess.Popen(
-            argv,
+            [sys.executable, "-I", "-S", str(REAPER), *argv],
             cwd=cwd,
             env=variables,
             stdin=subprocess.PIPE,
@@ -179,9 +215,7 @@ class CommandRun(AgentRun):
         answer = out.decode("utf-8", errors="replace").strip()
         error = None
         if code != 0:
-            tail = err[-STDERR_TAIL_BYTES:].decode("utf-8", errors="replace").strip()
-            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-            error = f"the agent command ended with {how}" + (f": {tail}" if tail else "")
+            error = ended_with(code, err[-STDERR_TAIL_BYTES:].decode("utf-8", errors="replace").strip())
         self._on_end(AgentOutcome(answer, error, self._context.workdir, exit_code=code, cpu_s=self._cpu))
 
     def cpu_s(self) -> float:
@@ -190,10 +224,23 @@ class CommandRun(AgentRun):
             return self._cpu
 
     def stop(self) -> None:
-        try:
+        """The reaper kills the command and all it started, then itself (woken first if the
+        command stopped its whole group); its group is killed after it, or in its place if it
+        does not end in time."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGCONT)
+        self._process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(REAPER_WAIT_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+
+
+def ended_with(code: int, stderr_tail: str) -> str:
+    """A command's failure in words: its exit status (a negative ``code``: the signal that
+    killed it) and the end of its stderr."""
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    return f"the agent command ended with {how}" + (f": {stderr_tail}" if stderr_tail else "")
 
 
 def _read_into(stream: Any, into: bytearray, limit: int | None) -> None:

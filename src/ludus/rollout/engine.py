@@ -191,6 +191,11 @@ class _Generation:
             if len(completions) != len(batch):
                 raise PolicyError(f"the backend returned {len(completions)} completions for {len(batch)} conversations")
         except Exception as exc:  # noqa: BLE001 - every waiting episode must hear of it
+            if isinstance(exc, ValueError) and len(batch) > 1:
+                # the model refuses an input (a conversation an agent made too long for it): only its episode fails
+                for item in batch:
+                    await self._call([item])
+                return
             error = exc if isinstance(exc, PolicyError) else PolicyError(f"{type(exc).__name__}: {exc}")
             for *_, future in batch:
                 if not future.done():

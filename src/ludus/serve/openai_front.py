@@ -17,18 +17,20 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
-    from pydantic import BaseModel, ConfigDict, Field
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.routing import APIRoute
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -43,6 +45,13 @@ from ludus.serve.browser import BrowserGuard, BrowserRules
 # Log-probs JSON cannot carry -inf; vLLM sends this instead.
 LOGPROB_FLOOR = -9999.0
 EPISODE_HEADER = "x-ludus-episode"  # the episode key, for agents whose API key is not theirs to set
+# What a request may hold. Bodies: a rollout client's batch of token-id prompts fits many times
+# over; past it, refused (413) before more is read. Nesting: tool schemas and arguments need a
+# fraction of it; Python's own parsers and serialisers stop near 1000.
+MAX_REQUEST_BYTES = 64 << 20
+MAX_JSON_DEPTH = 64
+# Sampling settings below this (other than a temperature of 0) underflow the samplers' float32.
+MIN_SAMPLING = 1e-30
 
 
 # ---- the request -------------------------------------------------------------------------------
@@ -93,6 +102,18 @@ class _StreamOptions(BaseModel):
     include_usage: bool | None = None
 
 
+def _samplable(value: float | None) -> float | None:
+    if value is not None and 0 < value < MIN_SAMPLING:
+        raise ValueError(
+            f"{value:g} is below {MIN_SAMPLING:g}: too small to sample with (a temperature of 0 is greedy)"
+        )
+    return value
+
+
+_Temperature = Annotated[float | None, Field(ge=0), AfterValidator(_samplable)]
+_TopP = Annotated[float | None, Field(gt=0, le=1), AfterValidator(_samplable)]
+
+
 class ChatRequest(BaseModel):
     """The fields this server reads. Others (``tool_choice``, ``user``, ...) are kept as sent,
     for a backend's records (:attr:`ChatCall.asked`), and otherwise ignored."""
@@ -102,8 +123,8 @@ class ChatRequest(BaseModel):
     model: str | None = None
     messages: list[_MessageIn] = Field(min_length=1)
     tools: list[_ToolIn] | None = None
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: _Temperature = None
+    top_p: _TopP = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
@@ -124,8 +145,8 @@ class CompletionRequest(BaseModel):
 
     model: str | None = None
     prompt: list[int] | list[list[int]] | str = Field(min_length=1)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: _Temperature = None
+    top_p: _TopP = None
     max_tokens: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
     seed: int | None = Field(None, ge=0, lt=2**63)
@@ -358,6 +379,107 @@ def _problem(error: dict[str, Any]) -> str:
     return f"{_field(tuple(error['loc']))}: {error['msg']}"
 
 
+class _NotData(json.JSONDecodeError):
+    """A body that parses as Python's JSON but is no data every reader takes."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem, "", 0)
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotData(f"{name} is no JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotData(f"{text} is too large for a number")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a UTF-16 surrogate written as an escape
+
+
+_CONTAINERS = frozenset((dict, list))  # what json.loads makes of objects and arrays
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` deep: level by level, each
+    container's items looked over in C (a prompt of token ids costs next to nothing)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            if not _CONTAINERS.isdisjoint(map(type, children)):
+                below += [child for child in children if type(child) in _CONTAINERS]
+        if not below:
+            return False
+        level = below
+    return True
+
+
+def _strict_json(body: bytes) -> Any:
+    """``body`` parsed as JSON that every reader takes, or :class:`json.JSONDecodeError` naming
+    what it is not: ``NaN``, ``Infinity`` and numbers too large for a float (a record or a reply
+    holding one is not JSON: ``JSONResponse`` refuses it), text with half a UTF-16 surrogate pair
+    (no model can encode it: it would fail the batch it is sampled in), nesting deeper than
+    :data:`MAX_JSON_DEPTH`."""
+    try:
+        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except UnicodeDecodeError as exc:
+        raise _NotData(f"it is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise _NotData(f"it nests lists and objects more than {MAX_JSON_DEPTH} deep") from None
+    if _nested_deeper(value, MAX_JSON_DEPTH):
+        raise _NotData(f"it nests lists and objects more than {MAX_JSON_DEPTH} deep")
+    if _SURROGATE_ESCAPE.search(body):  # clients that escape what is not ASCII write pairs; half of one is no text
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _NotData(
+                "a string holds half of a UTF-16 surrogate pair (\\ud800-\\udfff alone), which is no text"
+            ) from None
+    return value
+
+
+class _StrictRequest(Request):
+    """A request whose body is read up to :data:`MAX_REQUEST_BYTES` (413 past it, before the rest
+    is read) and parsed by :func:`_strict_json`."""
+
+    async def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            declared = self.headers.get("content-length", "")
+            too_large = HTTPException(413, f"a request's body is {MAX_REQUEST_BYTES} bytes at most")
+            if declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
+                raise too_large
+            chunks, size = [], 0
+            async for chunk in self.stream():
+                size += len(chunk)
+                if size > MAX_REQUEST_BYTES:
+                    raise too_large
+                chunks.append(chunk)
+            self._body = b"".join(chunks)
+        return self._body
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = _strict_json(await self.body())
+        return self._json
+
+
+class _StrictRoute(APIRoute):
+    """A route whose endpoint reads its request as a :class:`_StrictRequest`."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handle = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handle(_StrictRequest(request.scope, request.receive))
+
+        return strict
+
+
 def _key(request: Request) -> str | None:
     """The episode key a request carries: ``X-Ludus-Episode``, or else ``Authorization: Bearer``."""
     header = request.headers.get(EPISODE_HEADER)
@@ -411,11 +533,14 @@ def openai_app(
     fields a request leaves out. Browser pages are refused unless ``allow_origins`` names theirs,
     and DNS names other than localhost unless ``allow_hosts`` does
     (:class:`ludus.serve.browser.BrowserGuard`, as serve-env): a page the user opens must not
-    reach a server on their machine. ``lifespan`` starts and stops what the backend runs."""
+    reach a server on their machine. ``lifespan`` starts and stops what the backend runs.
+    Request bodies, here and on routes added to the app later, are read up to
+    :data:`MAX_REQUEST_BYTES` and parsed by :func:`_strict_json`."""
     rules = BrowserRules(allow_origins, allow_hosts)  # checked now: a bad flag stops the server at start
     defaults = defaults or SamplingParams()
     name = backend.model_name
     app = FastAPI(title=f"ludus: {name}", lifespan=lifespan)
+    app.router.route_class = _StrictRoute
     app.add_middleware(BrowserGuard, rules=rules)
     created = int(time.time())
     token_text: Callable[[int], str | None] | None = getattr(backend, "token_text", None)
@@ -432,7 +557,7 @@ def openai_app(
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else "http_error"
+        code = {404: "not_found", 413: "too_large"}.get(exc.status_code, "http_error")
         return OpenAIError(exc.status_code, str(exc.detail), code).response()
 
     @app.exception_handler(OpenAIError)
@@ -544,6 +669,8 @@ def openai_app(
 
 __all__ = [
     "EPISODE_HEADER",
+    "MAX_JSON_DEPTH",
+    "MAX_REQUEST_BYTES",
     "ChatBackend",
     "ChatCall",
     "ChatRequest",

@@ -60,6 +60,7 @@ class Episode:
     tools: list[ToolSpec] = field(default_factory=list)
     prompt: str = ""  # the first user message of the first call: the task as the agent put it
     first_version: int | None = None
+    sampling: int = 0  # calls let through and not yet recorded or failed: they count against max_calls
 
     def view(self) -> dict[str, Any]:
         """What ``GET /ludus/episodes/KEY`` shows: everything but the key."""
@@ -150,14 +151,17 @@ class EpisodeBook:
         return episode
 
     def check(self, key: str | None) -> None:
-        """An agent's call may go ahead: its key names an open episode with calls to spare."""
+        """An agent's call may go ahead: its key names an open episode with calls to spare,
+        counting those still being sampled (an agent that sends many at once gets no more). Each
+        call let through is then recorded or reported failed."""
         with self._lock:
             episode = self._agents_episode(key)
-            if len(episode.calls) >= self.max_calls:
+            if len(episode.calls) + episode.sampling >= self.max_calls:
                 self.counts["refused_calls"] += 1
                 raise OpenAIError(
                     400, f"this episode has made {self.max_calls} calls, the most an episode may", "too_many_calls"
                 )
+            episode.sampling += 1
 
     def record(
         self, key: str | None, call: ChatCall | TextCall, sampled: Sampled, started: float, wall_s: float
@@ -171,6 +175,7 @@ class EpisodeBook:
             except OpenAIError:
                 self.counts["late_calls"] += 1
                 raise
+            episode.sampling -= 1
             first = len(episode.turns)
             episode.turns += [
                 Turn(c.prompt_ids, c.completion_ids, c.logprobs, 0.0, c.finish_reason) for c in completions
@@ -206,8 +211,8 @@ class EpisodeBook:
             self.counts["calls"] += 1
 
     def record_error(self, key: str | None, error: BaseException) -> None:
-        """A call of an open episode that was refused or failed: in the episode's ``errors`` (a
-        status of 500 or more is the proxy's or the model's failure, never the agent's)."""
+        """A call :meth:`check` let through that the model refused or failed: in the episode's
+        ``errors`` (a status of 500 or more is the proxy's or the model's failure, never the agent's)."""
         if isinstance(error, OpenAIError):
             entry = {"status": error.status, "code": error.code, "message": error.message}
         else:
@@ -215,6 +220,7 @@ class EpisodeBook:
         with self._lock:
             episode = self._open.get(key) if key else None
             if episode is not None:
+                episode.sampling -= 1
                 episode.errors.append({**entry, "at": time.time()})
 
     def view(self, key: str) -> dict[str, Any]:
@@ -293,7 +299,7 @@ class RecordingBackend:
         started, clock = time.time(), time.perf_counter()
         try:
             sampled = await sample()
-        except Exception as exc:
+        except BaseException as exc:  # cancelled too: the call no longer counts as being sampled
             self.book.record_error(call.key, exc)
             raise
         self.book.record(call.key, call, sampled, started, time.perf_counter() - clock)
@@ -354,7 +360,7 @@ def proxy_app(
     )
     app.state.book = book
 
-    def admin(request: Request) -> None:
+    async def admin(request: Request) -> None:  # a plain def would cost a thread hop per request (FastAPI)
         scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), token):
             raise OpenAIError(
