@@ -191,7 +191,7 @@ def test_a_killed_actor_fails_its_episodes_and_a_replacement_runs_the_next(tmp_p
         with ThreadPoolExecutor(1) as pool:
             stalled = pool.submit(engine.run, requests([Task("s", "stall", info={"pid_file": str(pid_file)})], 2))
             deadline = time.monotonic() + HANG_GUARD_S
-            while not pid_file.exists() and time.monotonic() < deadline:
+            while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
                 time.sleep(0.05)
             victim = int(pid_file.read_text())
             os.kill(victim, signal.SIGKILL)  # mid-step: both episodes' calls are pending in that process
