@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rm-epochs", type=int, default=8)
     parser.add_argument("--rl-minutes", type=float, default=9.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--warmstart-steps", type=int, default=None,
+        help="supervised steps that make the base model (default: the default recipe's; fewer: a weaker base, quicker)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--plot", default=None, help="where to save the plot (default: in the work folder)")
     args = parser.parse_args(argv)
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     # ---- 1. preferences from the hidden true metric -----------------------------------------
     config = TrainConfig(seed=args.seed)  # the default recipe: its cached warm-started base model
+    if args.warmstart_steps is not None:
+        config.warmstart_steps = args.warmstart_steps
     _, base, _ = make_base_model(make(config.env, **config.env_args), base_model_recipe(config))
     rows = preferences(base, args.pairs, args.seed)
     data = out / "prefs.jsonl"
@@ -115,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     rl = TrainConfig(
         seed=args.seed,
+        model=str(base),  # the base the preferences were sampled from and the reward model was trained from
         env_args={**ENV, "rubric": rubric},
         time_limit_min=args.rl_minutes,
         runs_dir=str(out),

@@ -217,7 +217,7 @@ def test_the_rlhf_example_runs_from_anywhere_and_writes_only_into_its_work_folde
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     example = Path(__file__).resolve().parents[1] / "examples" / "rlhf.py"
-    small = ["--pairs", "16", "--rm-epochs", "1", "--rl-minutes", "0.01", "--out", "work"]
+    small = ["--pairs", "16", "--rm-epochs", "1", "--rl-minutes", "0.01", "--warmstart-steps", "5", "--out", "work"]
     env = {**os.environ, "LUDUS_CACHE": str(tmp_path / "cache"), "MPLBACKEND": "Agg"}
     run = subprocess.run([sys.executable, str(example), *small], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]

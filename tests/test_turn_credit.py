@@ -90,13 +90,31 @@ def test_trainer_trains_each_turn_with_its_advantage(small_config, monkeypatch, 
     samples, trajs = _trained_samples(small_config, monkeypatch, turn_credit)
     assert [t["seed"] for t in trajs] == [0, 1]
     assert [[turn["reward"] for turn in t["turns"]] for t in trajs] == [list(PAID), [0.0, 0.0, 0.0]]
-    expected = [
-        (turn["prompt_ids"], turn["completion_ids"], advantage)
-        for traj, advantages in zip(trajs, [even, odd], strict=True)
-        for turn, advantage in zip(traj["turns"], advantages, strict=True)
-        if advantage != 0.0
-    ]
-    assert [(s.prompt_ids, s.completion_ids, s.advantage) for s in samples] == expected
+
+    # chained turns merge into one sample (the environment's tokens between them masked), and under
+    # reward_to_go a run is cut where the advantage changes: each turn's sampled tokens are trained
+    # exactly once, in the completion of a sample carrying that turn's advantage
+    def trained_in(sample, turn) -> bool:
+        whole = sample.prompt_ids + sample.completion_ids
+        start, end = len(turn["prompt_ids"]), len(turn["prompt_ids"]) + len(turn["completion_ids"])
+        mask = sample.loss_mask or [1] * len(sample.completion_ids)
+        offset = len(sample.prompt_ids)
+        return (
+            whole[:end] == turn["prompt_ids"] + turn["completion_ids"]
+            and start >= offset
+            and all(mask[start - offset : end - offset])
+        )
+
+    expected_tokens = 0
+    for traj, advantages in zip(trajs, [even, odd], strict=True):
+        for turn, advantage in zip(traj["turns"], advantages, strict=True):
+            carriers = [s for s in samples if trained_in(s, turn)]
+            if advantage == 0.0:
+                assert carriers == []
+                continue
+            assert [s.advantage for s in carriers] == [advantage]
+            expected_tokens += len(turn["completion_ids"])
+    assert sum(int(s.token_mask().sum()) for s in samples) == expected_tokens
 
 
 def test_reward_to_go_trains_single_turn_episodes_exactly_like_episode_credit(small_config):

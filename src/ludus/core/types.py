@@ -332,6 +332,12 @@ def chained_turns(turns: Sequence[Turn]) -> list[list[int]]:
     return runs
 
 
+def chain_counts(runs: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """How an episode's :func:`chained_turns` runs came about: (turns merged into the turn before,
+    turns that started a sequence of their own after the first)."""
+    return sum(len(run) - 1 for run in runs), max(0, len(runs) - 1)
+
+
 @dataclass
 class Trajectory(_JsonMixin):
     """A whole episode: the task, every message, each policy turn's tokens, and the final score."""

@@ -32,7 +32,7 @@ from fastapi import Body, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
-from ludus.core.types import Message, Score, Task, ToolCall, ToolSpec, Trajectory, Turn, chained_turns
+from ludus.core.types import Message, Score, Task, ToolCall, ToolSpec, Trajectory, Turn, chain_counts, chained_turns
 from ludus.policies.base import Completion, SamplingParams
 from ludus.policies.openai import tool_call_to_wire
 from ludus.rollout.engine import JsonlSink
@@ -81,6 +81,7 @@ class Episode:
         if score is not None and turns:
             turns[-1].reward = score.value
         runs = chained_turns(turns)
+        merged, split = chain_counts(runs)
         task_id = self.metadata.get("task_id")
         return Trajectory(
             task=Task(id=str(task_id) if task_id is not None else self.id, prompt=self.prompt, source="proxy"),
@@ -96,11 +97,7 @@ class Episode:
                 "ended": time.time(),
                 "calls": self.calls,
                 "errors": self.errors,
-                "chains": {
-                    "runs": runs,
-                    "merged": sum(len(run) - 1 for run in runs),  # turns that continue the one before
-                    "split": max(0, len(runs) - 1),  # turns that start a sequence of their own after the first
-                },
+                "chains": {"runs": runs, "merged": merged, "split": split},
             },
         )
 

@@ -108,7 +108,7 @@ from typing import get_args
 
 import torch
 
-from ludus.core.types import Trajectory, Turn, chained_turns
+from ludus.core.types import Trajectory, Turn, chain_counts, chained_turns
 from ludus.policies.base import TrainablePolicy
 from ludus.train.config import ImportanceMode, ImportanceRatio, LossAgg, LossConfig, Scale
 
@@ -311,13 +311,13 @@ def chaining_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, int]:
     previous turn's ids (merged into its sample), later turns that did not (a new sample: the
     history was re-rendered or edited), and episodes that had such a split. Empty when no episode
     had a second turn, so single-turn runs log nothing new."""
-    runs = [chained_turns(t.turns) for group in groups for t in group if len(t.turns) > 1]
-    if not runs:
+    counts = [chain_counts(chained_turns(t.turns)) for group in groups for t in group if len(t.turns) > 1]
+    if not counts:
         return {}
     return {
-        "multiturn/merged_turns": sum(len(run) - 1 for episode in runs for run in episode),
-        "multiturn/split_turns": sum(len(episode) - 1 for episode in runs),
-        "multiturn/split_episodes": sum(len(episode) > 1 for episode in runs),
+        "multiturn/merged_turns": sum(merged for merged, _ in counts),
+        "multiturn/split_turns": sum(split for _, split in counts),
+        "multiturn/split_episodes": sum(split > 0 for _, split in counts),
     }
 
 

@@ -401,8 +401,7 @@ class Trainer:
                             break
                 except Exception as exc:
                     self._halt(mark, exc)
-            self.learner.policy.save(self.folder.final)
-            self.folder.plot()
+            self.learner.policy.save(self.folder.final)  # reward.png is already drawn: the last step evaluated
             return RunResult(self.run_dir, step, elapsed, curve, interrupted)
         finally:
             for part in (self.sampler, self.inference_server, self.ranker and self.ranker[0]):

@@ -231,7 +231,7 @@ class BFCLMultiTurnEnv(Env):
         self.eval_fraction = eval_fraction
         for class_name in {c for t in self.items for c in t.info["involved_classes"]}:
             simulator_class(class_name)  # fail now when bfcl-eval (or mpmath) is missing
-        self._offered: list[dict[str, Any]] = []
+        self._tools: list[ToolSpec] = []  # the functions offered so far, converted once an episode
         self._model: dict[str, Any] = {}
         self._truth: dict[str, Any] = {}
 
@@ -240,13 +240,13 @@ class BFCLMultiTurnEnv(Env):
         return ListTasks([t for t in self.items if is_eval(t.id, self.eval_fraction) == want_eval])
 
     def tools(self) -> list[ToolSpec]:
-        return [tool_spec(f) for f in self._offered]
+        return list(self._tools)
 
     # ---- the episode -------------------------------------------------------------------------------
     def begin(self, task: Task) -> Observation:
         if len(task.info["turns"]) > 8:
             raise ValueError(f"{task.id} has {len(task.info['turns'])} turns; max_turns allows 8")
-        self._offered = list(task.info["functions"])
+        self._tools = [tool_spec(f) for f in task.info["functions"]]
         self._model, self._truth = new_instances(task), new_instances(task)
         self._model_owners, self._truth_owners = method_owners(self._model), method_owners(self._truth)
         self._turn = 0  # the user turn being answered
@@ -262,8 +262,9 @@ class BFCLMultiTurnEnv(Env):
             # BFCL (function-calling mode) only re-sends the tool list; a Ludus engine keeps the first
             # observation's tools, so the new functions are also written into the message (as BFCL's
             # prompting mode does)
-            self._offered += revealed
-            docs = json.dumps([tool_spec(f).to_dict() for f in revealed], ensure_ascii=False)
+            added = [tool_spec(f) for f in revealed]
+            self._tools += added
+            docs = json.dumps([spec.to_dict() for spec in added], ensure_ascii=False)
             return [Message("user", f"{docs}\n{ADDED_FUNCTIONS_PROMPT}")]
         return [Message(m["role"], m["content"]) for m in task.info["turns"][turn]]
 

@@ -251,6 +251,7 @@ def latin(text: str) -> str:
     return text if text.isascii() else _tables().latin(text)
 
 
+@lru_cache(maxsize=256)
 def fold(text: str) -> str:
     """Clean ``text`` in lower case with look-alike letters read as Latin, both letters of a case
     pair alike (Cyrillic ``Н`` and ``н`` are ``h``): case-blind counts and matching read this."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, deque
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from fractions import Fraction
+from itertools import islice
 from typing import Any
 
 from ludus.core.types import Score, Status
@@ -551,18 +553,22 @@ def _rush_pieces(config: str) -> tuple[dict[str, list[int]], set[int]]:
     return pieces, walls
 
 
+def _rush_slides(cells: Sequence[int], direction: int, occupied: set[int]) -> Iterator[tuple[int, ...]]:
+    """The car's cells after each further cell it slides (``direction`` 1: right or down, -1: left
+    or up), while the way is free and on the board."""
+    stride = cells[1] - cells[0]
+    delta, head, row = direction * stride, cells[-1] if direction > 0 else cells[0], cells[0] // _RUSH_SIZE
+    for steps in range(1, _RUSH_SIZE):
+        head += delta
+        if not 0 <= head < _RUSH_SIZE**2 or head in occupied or (stride == 1 and head // _RUSH_SIZE != row):
+            return
+        yield tuple(c + steps * delta for c in cells)
+
+
 def _rush_move(cells: list[int], steps: int, occupied: set[int]) -> list[int] | None:
     """The cells after sliding ``steps`` (negative: left/up), or None if the way is not free."""
-    stride = cells[1] - cells[0]
-    new = list(cells)
-    for _ in range(abs(steps)):
-        head = new[-1] + stride if steps > 0 else new[0] - stride
-        if not 0 <= head < _RUSH_SIZE**2 or head in occupied:
-            return None
-        if stride == 1 and head // _RUSH_SIZE != cells[0] // _RUSH_SIZE:
-            return None
-        new = [c + (stride if steps > 0 else -stride) for c in new]
-    return new
+    slid = list(islice(_rush_slides(cells, 1 if steps > 0 else -1, occupied), abs(steps)))
+    return list(slid[-1]) if len(slid) == abs(steps) else None
 
 
 def _rush_solved(pieces: dict[str, list[int]]) -> bool:
@@ -594,27 +600,29 @@ def score_rush_hour(answer: str, entry: dict[str, Any]) -> Score:
 
 
 def reference_rush_hour(entry: dict[str, Any]) -> str | None:
-    """A shortest solution by breadth-first search over board states (None if none is found)."""
+    """A shortest solution by breadth-first search over board states (None if none is found); each
+    state keeps the move that reached it."""
     pieces, walls = _rush_pieces(entry["metadata"]["board_config"])
     labels = sorted(pieces)
     start = tuple(tuple(pieces[k]) for k in labels)
-    seen = {start: ""}
+    came_from: dict[tuple[tuple[int, ...], ...], tuple[Any, str] | None] = {start: None}
     queue = deque([start])
     while queue:
         state = queue.popleft()
-        current = dict(zip(labels, (list(c) for c in state), strict=True))
-        if _rush_solved(current):
-            return seen[state].strip()
+        if _rush_solved(dict(zip(labels, state, strict=True))):
+            moves = []
+            while (step := came_from[state]) is not None:
+                state, move = step
+                moves.append(move)
+            return " ".join(reversed(moves))
+        taken = walls.union(*state)
         for k, label in enumerate(labels):
-            occupied = walls | {c for other, cells in current.items() if other != label for c in cells}
+            occupied = taken.difference(state[k])
             for direction in (1, -1):
-                for steps in range(1, _RUSH_SIZE):
-                    new = _rush_move(current[label], direction * steps, occupied)
-                    if new is None:
-                        break
-                    nxt = state[:k] + (tuple(new),) + state[k + 1 :]
-                    if nxt not in seen:
-                        seen[nxt] = f"{seen[state]} {label}{'+' if direction > 0 else '-'}{steps}"
+                for steps, cells in enumerate(_rush_slides(state[k], direction, occupied), start=1):
+                    nxt = state[:k] + (cells,) + state[k + 1 :]
+                    if nxt not in came_from:
+                        came_from[nxt] = (state, f"{label}{'+' if direction > 0 else '-'}{steps}")
                         queue.append(nxt)
     return None
 
