@@ -16,11 +16,14 @@ import pytest
 import torch
 
 from ludus.agents import AgentEnv
+from ludus.core.registry import make
 from ludus.core.types import Message, Status, Task, chained_turns
 from ludus.policies.base import SamplingParams
 from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
 from ludus.rollout.scripted import NothingPolicy, OraclePolicy
+from ludus.train.supervised import base_model_recipe, make_base_model
+from ludus.train.trainer import Trainer
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "agents"
 
@@ -221,6 +224,32 @@ def test_an_agent_that_extends_its_history_gives_turns_that_chain_token_exactly(
     [trajectory] = run(factory, says_ok(), arithmetic_tasks(1))
     assert [m.role for m in trajectory.messages] == ["user", "assistant", "user", "assistant"]
     assert chained_turns(trajectory.turns) == [[0, 1]], "the tiny model's rendering extends the previous turn"
+
+
+def test_ludus_train_trains_an_agent_exactly_as_it_trains_the_environment_it_wraps(small_config):
+    """An agent that passes the task's prompt to the model and returns the reply, around
+    `arithmetic`: from the same base model the model sees the same tokens and samples the same
+    replies, which earn the same rewards, so two steps of training give the same metrics and the
+    same weights, bit for bit."""
+    arithmetic = {"digits": 1, "ops": "+", "digit_credit": 0.5}
+    base_config = small_config(env="arithmetic", env_args=arithmetic, warmstart_steps=40)
+    _, base, _ = make_base_model(make("arithmetic", **arithmetic), base_model_recipe(base_config))
+    runs = {}
+    for env, env_args in [
+        ("arithmetic", arithmetic),
+        ("agent", {"agent": "test_agents:ask_once", "env": "arithmetic", "env_args": arithmetic}),
+    ]:
+        config = small_config(
+            name=env, env=env, env_args=env_args, model=str(base), steps=2, temperature=1.0, eval_every=0,
+            eval_size=4, checkpoint_every=0,
+        )  # fmt: skip
+        runs[env] = Trainer.create(config, log=lambda _: None).run().run_dir
+    metrics = {env: [json.loads(line) for line in (run / "metrics.jsonl").open()] for env, run in runs.items()}
+    trained = [[(m["reward/mean"], m["loss"]) for m in metrics[env] if "reward/mean" in m] for env in runs]
+    assert trained[0] == trained[1] and len(trained[0]) == 2
+    assert any(reward > 0 for reward, _ in trained[0])  # there was something to learn from
+    weights = [torch.load(run / "final" / "pytorch_model.bin", weights_only=True) for run in runs.values()]
+    assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
 
 
 def test_a_rubric_grades_the_agents_answer():
