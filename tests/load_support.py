@@ -65,3 +65,17 @@ def pinned_children(cpu: int) -> Iterator[None]:
         for tid, cpus in before.items():
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, cpus)
+
+
+def processes_named(marker: str) -> list[int]:
+    """Our own processes: those whose command line holds ``marker``, a token made for one test."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found

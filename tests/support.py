@@ -6,6 +6,7 @@ into a reply."""
 
 import contextlib
 import http.server
+import importlib.util
 import json
 import os
 import random
@@ -149,6 +150,21 @@ def warm_start_digits(base: Path, out: Path, steps: int = 45) -> Path:
         torch.set_num_threads(threads)
     policy.save(out)
     return out
+
+
+@contextlib.contextmanager
+def script_module(path: Path, name: str) -> Iterator[Any]:
+    """The script at ``path`` (a benchmark) imported as module ``name``, which is in
+    ``sys.modules`` while in use: dataclasses look their module up."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
 
 
 @contextlib.contextmanager

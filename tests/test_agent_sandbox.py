@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from load_support import processes_named
 from ludus.agents import AgentEnv, AgentOutcome
 from ludus.agents.gateway import AgentGateway
 from ludus.core.registry import make
@@ -33,20 +34,6 @@ CALL = (
 @pytest.fixture(autouse=True)
 def bubblewrap():
     assert detect().backend == "bwrap", f"these tests need bubblewrap: {detect().reason}"
-
-
-def processes_named(marker: str) -> list[int]:
-    """Our own processes: those whose command line holds ``marker``, a token made for one test."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def parent(pid: int) -> int:

@@ -1,11 +1,11 @@
 """benchmarks/env_server.py keeps working: its load function, briefly, against a Ludus server only."""
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from support import script_module
 
 pytest.importorskip("uvicorn")
 
@@ -14,12 +14,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "env_server.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("env_server_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module(SCRIPT, "env_server_benchmark") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

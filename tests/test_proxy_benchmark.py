@@ -1,13 +1,13 @@
 """benchmarks/proxy_overhead.py keeps working: both of its parts, briefly, against the real
 ``ludus serve-model`` and ``ludus proxy`` commands."""
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
+
+from support import script_module
 
 pytest.importorskip("uvicorn")
 
@@ -16,12 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "proxy_overhead.py
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("proxy_overhead_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module(SCRIPT, "proxy_overhead_benchmark") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -14,23 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from load_support import a_cpu, crowded
+from load_support import a_cpu, crowded, processes_named
 from ludus.sandbox import Limits, Sandbox, UnisolatedWarning, WorkerSpec, detect
 from ludus.sandbox import backend as sandbox_backend
 from ludus.sandbox.load import TreeClock
-
-
-def _processes_named(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +110,9 @@ print('started')
     result = box.run(code)
     assert result.ok and result.stdout == "started\n"
     deadline = time.monotonic() + 5
-    while _processes_named(marker) and time.monotonic() < deadline:
+    while processes_named(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _processes_named(marker) == []
+    assert processes_named(marker) == []
 
 
 def test_wall_clock_limit(box):

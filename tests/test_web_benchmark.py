@@ -5,13 +5,13 @@ these tests skip without them."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from support import script_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "web_env.py"
 CHROMIUM = os.environ.get("LUDUS_CHROMIUM", "/usr/bin/chromium")
@@ -29,12 +29,8 @@ def bench():
 
     if BrowserService._shared is not None:
         BrowserService._shared.shutdown()
-    spec = importlib.util.spec_from_file_location("web_env_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module(SCRIPT, "web_env_benchmark") as module:
+        yield module
 
 
 def check(result, episodes: int, steps: int) -> None:
