@@ -171,6 +171,31 @@ def test_training_through_token_logprobs_teaches_a_tool_call_that_stops_at_eos(c
     assert [(c.name, c.arguments) for c in out.tool_calls] == [("add", {"a": 1, "b": 2})]
 
 
+def test_turn_ids_are_what_the_template_writes_for_a_logged_reply(policy, checkpoint):
+    """A reply someone else wrote (a logged conversation), as this model would have sampled it: the
+    prompt ids it renders, the reply's ids up to its end-of-sequence token — with tools, a tool call,
+    a template that writes tool calls as text and none at all."""
+    conv = [Message("user", "add 1 and 2")]
+    call = Message("assistant", "", tool_calls=[ToolCall("add", {"a": 1, "b": 2})])
+    eos = policy.tokenizer.eos_token_id
+    prompt, completion = policy.turn_ids(conv, call, [ADD])
+    assert prompt == policy.encode_prompt(conv, [ADD])
+    assert completion == policy.tokenizer.encode(CALL, add_special_tokens=False) + [eos]
+    # and what sampling gives is what turn_ids reads back from the sampled message
+    out = policy.generate(CONVS, SamplingParams(temperature=1.0, max_tokens=12), generator=torch.Generator().manual_seed(1))
+    for conversation, sampled in zip(CONVS, out, strict=True):
+        if sampled.finish_reason == "stop":
+            assert policy.turn_ids(conversation, sampled.message()) == (sampled.prompt_ids, sampled.completion_ids)
+    for template in (BARE_TEMPLATE, None):
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        tokenizer.chat_template = template
+        other = HFPolicy(policy.module, tokenizer)
+        prompt, completion = other.turn_ids(conv, call, [ADD])
+        assert prompt == other.encode_prompt(conv, [ADD]) and completion[-1] == eos
+        # (without a template the prompt ends "assistant:", and the reply's line goes on with " ")
+        assert other.tokenizer.decode(completion).removeprefix(" ") == CALL + other.tokenizer.eos_token
+
+
 def test_a_prompt_longer_than_the_context_says_what_to_lower(policy):
     with pytest.raises(ValueError, match="lower max_tokens or shorten the prompt"):
         policy.generate([[Message("user", "the lazy dog " * 120)]], SamplingParams(max_tokens=4))

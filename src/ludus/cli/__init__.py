@@ -28,6 +28,8 @@ COMMANDS = (
     "proxy",
     "doctor",
     "eval",
+    "rescore",
+    "view",
     "export",
     "envs",
     "check",

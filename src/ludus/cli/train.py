@@ -72,12 +72,15 @@ def run(args: argparse.Namespace) -> int:
     from ludus.train.config import load_config
     from ludus.train.trainer import Trainer, TrainingHalted
 
+    def plain_log(text: str) -> None:  # the trainer's lines quote logs and configs: never read as markup
+        console().print(text, markup=False)
+
     if args.resume:
         if args.config:
             raise ValueError("--resume continues a run with its saved config.yaml; drop --config")
-        trainer = Trainer.resume_from(args.resume, config_overrides(args), log=console().print)
+        trainer = Trainer.resume_from(args.resume, config_overrides(args), log=plain_log)
     else:
-        trainer = Trainer.create(load_config(args.config, config_overrides(args)), log=console().print)
+        trainer = Trainer.create(load_config(args.config, config_overrides(args)), log=plain_log)
     c = trainer.config
     console().print(
         f"[bold]ludus train[/] env={c.env} run={trainer.run_dir} "
@@ -96,13 +99,14 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 state.update(m)
+                if "logged/reward" in m:  # offline: the step's logged episodes, not the policy's samples
+                    now = f"logged reward {m['logged/reward']:.3f} nll {m['nll']:.3f}"
+                else:
+                    now = f"reward {m['reward/mean']:.3f} acc {m['accuracy']:.3f}"
                 progress.update(
                     bar,
                     completed=m["step"],
-                    description=(
-                        f"reward {m['reward/mean']:.3f} acc {m['accuracy']:.3f} eval {state['eval']:.3f} "
-                        f"step {m['step_time_s']:.2f}s"
-                    ),
+                    description=f"{now} eval {state['eval']:.3f} step {m['step_time_s']:.2f}s",
                 )
 
         try:

@@ -121,6 +121,15 @@ class TrainablePolicy(Policy):
         """
 
     @abstractmethod
+    def turn_ids(
+        self, messages: list[Message], reply: Message, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[list[int], list[int]]:
+        """The prompt ids this policy renders for ``messages`` and the completion ids of ``reply``
+        written by it, ending with its end-of-turn token: the tokens of a turn someone else sampled
+        (a logged conversation), as if this policy had sampled it. Raises ``ValueError`` if the
+        turn does not fit the model's context."""
+
+    @abstractmethod
     def save(self, path: str | Path) -> None:
         """Write weights and config to a folder that :meth:`load` reads back."""
 

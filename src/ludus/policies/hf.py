@@ -232,6 +232,25 @@ class HFPolicy(TrainablePolicy):
         """Token ids of :meth:`render`'s text (special tokens come from the template, none are added)."""
         return self.tokenizer.encode(self.render(messages, tools), add_special_tokens=False)
 
+    def turn_ids(
+        self, messages: list[Message], reply: Message, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[list[int], list[int]]:
+        """The reply's ids are what the chat template writes for it after the prompt, up to and
+        including its first end-of-sequence token (the template's end of turn); a template that
+        re-renders the earlier messages once the reply is there (one that drops thinking blocks) gets
+        the reply's text and tool calls encoded alone, then the first end-of-sequence token."""
+        prompt = self.encode_prompt(messages, tools)
+        whole = self.encode_prompt([*messages, reply], tools)
+        if whole[: len(prompt)] == prompt:
+            tail = whole[len(prompt) :]
+            end = next((k + 1 for k, token in enumerate(tail) if token in self.eos_ids), None)
+            completion = tail[:end] if end is not None else [*tail, self.eos_ids[0]]
+        else:
+            text = reply.content + self.tool_format.render(reply.tool_calls)
+            completion = [*self.tokenizer.encode(text, add_special_tokens=False), self.eos_ids[0]]
+        self._check_fits(len(prompt), len(completion))
+        return prompt, completion
+
     def _check_fits(self, prompt_tokens: int, completion_tokens: int) -> None:
         if self.context is not None and prompt_tokens + completion_tokens > self.context:
             raise ValueError(

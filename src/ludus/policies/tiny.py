@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ludus.core.tools import parse_tool_calls, render_tool_calls
-from ludus.core.types import Message
+from ludus.core.types import Message, ToolSpec
 from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy, eval_mode, sample_tokens
 
 # ---- tokenizer -----------------------------------------------------------------------------
@@ -280,6 +281,14 @@ class TinyPolicy(TrainablePolicy):
         logp = logp_all.gather(-1, targets[:, :, None])[:, :, 0]
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
+
+    def turn_ids(
+        self, messages: list[Message], reply: Message, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[list[int], list[int]]:
+        prompt = self.tokenizer.render(messages)  # the tiny template shows no tool descriptions
+        completion = self.tokenizer.encode(reply.content + render_tool_calls(reply.tool_calls)) + [EOS]
+        self._check_fits(len(prompt), len(completion))
+        return prompt, completion
 
     def save(self, path: str | Path) -> None:
         """A folder ``load`` reads, and transformers too (as GPT-2; see :data:`WEIGHTS`)."""

@@ -22,6 +22,7 @@ LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 TurnCredit = Literal["episode", "reward_to_go"]
 ImportanceRatio = Literal["token", "sequence"]
 ImportanceMode = Literal["truncate", "mask"]
+OfflineObjective = Literal["importance_weighted", "reward_weighted", "filtered_bc"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class LossConfig:
     rollout_server: bool  # the samples come from an inference server, not from the learner here
     rollout_correction: bool
     rollout_logprob_tolerance: float
+    replay_ratio: float  # logged groups in the batch: stale samples of an unknown policy
 
 
 class ConfigError(ValueError):
@@ -176,11 +178,24 @@ class TrainConfig:
     # together, e.g. {model: http://127.0.0.1:8000/v1, criteria: "...", rounds: 2}; the judge's score becomes the
     # reward and the environment's own is logged as reward/env. Empty: the environment's reward
     group_judge: dict[str, Any] = field(default_factory=dict)
+    # learning from logs (train/offline.py, docs/offline.md): logged, rewarded episodes - JSONL files of
+    # Ludus trajectories (an eval run's trajectories.jsonl, proxy episodes) or OpenAI-format conversations
+    # with a reward, or run folders. offline: train only on them, prompts_per_step logged groups (attempts at
+    # one task) per step, by offline_objective; no sampling. replay: online RL, and replay_ratio of each
+    # step's groups come from these logs (groups whose rewards differ), corrected as stale samples
+    offline: list[str] = field(default_factory=list)
+    offline_objective: OfflineObjective = "importance_weighted"
+    offline_beta: float = 0.1  # reward_weighted/importance_weighted: weight exp((reward - group mean) / beta)
+    offline_weight_cap: float = 5.0  # an episode's weight (normalised to mean 1 over the log) is at most this
+    offline_min_reward: float = 1.0  # filtered_bc: the episodes trained on have at least this reward
+    replay: list[str] = field(default_factory=list)
+    replay_ratio: float = 0.0  # the share of a step's groups taken from the replay logs, in [0, 1)
     # evaluation and logging
     eval_every: int = 25
     eval_size: int = 200
     checkpoint_every: int = 25
     keep_checkpoints: int = 2
+    # whole trajectories kept per step in samples.jsonl (for `ludus view`, `ludus rescore`, replay); -1: every one
     samples_per_step: int = 4
 
     def validate(self) -> None:
@@ -207,7 +222,6 @@ class TrainConfig:
             "warmup_steps",
             "eval_every",
             "checkpoint_every",
-            "samples_per_step",
             "threads",
             "beta",
             "entropy_coef",
@@ -223,6 +237,8 @@ class TrainConfig:
         for name in ["lr", "warmstart_lr", "max_grad_norm"]:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0, got {getattr(self, name)}")
+        if self.samples_per_step < -1:
+            raise ConfigError(f"config field 'samples_per_step' must be >= 0, or -1 for every one; got {self.samples_per_step}")
         if not self.importance_cap >= 1:
             raise ConfigError(f"config field 'importance_cap' must be >= 1, got {self.importance_cap}")
         if not 0 < self.lr_decay_frac <= 1:
@@ -270,6 +286,42 @@ class TrainConfig:
         self._validate_model()
         self._validate_rollout_server()
         self._validate_tasks()
+        self._validate_logs()
+
+    def _validate_logs(self) -> None:
+        """Offline training and replay: what they read, and what they cannot be combined with."""
+        if self.offline and self.replay:
+            raise ConfigError(
+                "config fields 'offline' and 'replay' both read logs: offline trains on logs alone, replay mixes "
+                "them into online RL; keep one"
+            )
+        if not 0 <= self.replay_ratio < 1:
+            raise ConfigError(f"config field 'replay_ratio' must be in [0, 1), got {self.replay_ratio}")
+        if bool(self.replay) != (self.replay_ratio > 0):
+            raise ConfigError(
+                "config fields 'replay' (the logs) and 'replay_ratio' (their share of each step's groups, > 0) "
+                "go together: set both or neither"
+            )
+        if self.offline_beta <= 0 or self.offline_weight_cap < 1:
+            raise ConfigError(
+                f"config fields 'offline_beta' must be > 0 and 'offline_weight_cap' >= 1, got {self.offline_beta} "
+                f"and {self.offline_weight_cap}"
+            )
+        if self.offline:
+            sampling = {
+                "rollout_server": self.rollout_server,
+                "max_staleness": self.max_staleness,
+                "dynamic_sampling": self.dynamic_sampling,
+                "group_judge": self.group_judge,
+                "curriculum": self.curriculum,
+                "revisit": self.revisit,
+                "beta": self.beta,
+            }
+            given = [name for name, value in sampling.items() if value]
+            if given:
+                raise ConfigError(
+                    f"config field 'offline' trains on logs without sampling or a reference model: drop {', '.join(given)}"
+                )
 
     def _validate_tasks(self) -> None:
         """The mixture's entries and the curriculum's settings (the environments themselves are
@@ -440,9 +492,15 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     if origin is list:
         if value is None:
             return []
+        if get_args(hint)[0] is str and isinstance(value, str):  # `--offline logs.jsonl`: one path
+            return [value]
         if not isinstance(value, list):
             raise fail("a list")
         item = get_args(hint)[0]
+        if item is str:
+            if not all(isinstance(x, str) for x in value):
+                raise fail("a list of strings")
+            return list(value)
         for x in value:
             ok = (
                 isinstance(x, dict)

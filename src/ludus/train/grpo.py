@@ -296,13 +296,20 @@ def build_samples(groups: Sequence[Sequence[Trajectory]], config: LossConfig) ->
     trajs = [t for group in groups for t in group]
     samples: list[Sample] = []
     for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True):
-        for run in chained_turns(traj.turns):
-            for a, same in groupby(run, key=advantages.__getitem__):
-                if a == 0.0 and config.beta <= 0:
-                    continue
-                sample = _run_sample([traj.turns[k] for k in same], a, traj.policy_version, config)
-                if sample is not None:
-                    samples.append(sample)
+        samples += episode_samples(traj, advantages, config)
+    return samples
+
+
+def episode_samples(traj: Trajectory, advantages: Sequence[float], config: LossConfig) -> list[Sample]:
+    """One trajectory's samples given each turn's advantage (see :func:`build_samples`)."""
+    samples = []
+    for run in chained_turns(traj.turns):
+        for a, same in groupby(run, key=advantages.__getitem__):
+            if a == 0.0 and config.beta <= 0:
+                continue
+            sample = _run_sample([traj.turns[k] for k in same], a, traj.policy_version, config)
+            if sample is not None:
+                samples.append(sample)
     return samples
 
 
@@ -536,6 +543,25 @@ def logprob_gap(samples: list[Sample], proximal: Sequence[torch.Tensor], version
     }
 
 
+def padded(batch: Sequence[Sample], logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's loss mask and behaviour log-probs as ``logp``'s ``[B, T]`` shape (0 past each end)."""
+    mask = torch.zeros_like(logp, dtype=torch.bool)
+    behaviour = torch.zeros_like(logp)
+    for row, s in enumerate(batch):
+        mask[row, : len(s.completion_ids)] = s.token_mask()
+        behaviour[row, : len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
+    return mask, behaviour
+
+
+def optimizer_step(learner: Learner, loss: torch.Tensor, max_grad_norm: float) -> float:
+    """Backpropagate ``loss``, clip the gradient's norm, step; the norm before clipping."""
+    learner.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(learner.policy.module.parameters(), max_grad_norm)
+    learner.optimizer.step()
+    return float(grad_norm)
+
+
 def update(learner: Learner, samples: list[Sample], config: LossConfig) -> dict[str, float]:
     """``ppo_epochs`` passes of ``minibatches`` clipped-ratio updates over ``samples``; the mean
     loss statistics of the updates and the step's :func:`logprob_gap`.
@@ -550,8 +576,8 @@ def update(learner: Learner, samples: list[Sample], config: LossConfig) -> dict[
     there, so nothing is learned from them."""
     c = config
     policy = learner.policy
-    decoupled = bool(c.max_staleness or (c.rollout_server and c.rollout_correction))
-    measured = bool(c.max_staleness or c.rollout_server)  # the proximal log-probs are needed: ratio or gap
+    decoupled = bool(c.max_staleness or (c.rollout_server and c.rollout_correction) or c.replay_ratio)
+    measured = decoupled or c.rollout_server  # the proximal log-probs are needed: ratio or gap
     totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
     totals |= {"importance/mean": 0.0, "importance/capped": 0.0} if decoupled else {}
     if not samples:
@@ -571,11 +597,7 @@ def update(learner: Learner, samples: list[Sample], config: LossConfig) -> dict[
             prompt_ids = [s.prompt_ids for s in batch]
             completion_ids = [s.completion_ids for s in batch]
             logp, entropy = policy.token_logprobs(prompt_ids, completion_ids, c.temperature)
-            mask = torch.zeros_like(logp, dtype=torch.bool)
-            behaviour = torch.zeros_like(logp)
-            for row, s in enumerate(batch):
-                mask[row, : len(s.completion_ids)] = s.token_mask()
-                behaviour[row, : len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
+            mask, behaviour = padded(batch, logp)
             if measured:
                 for row, (i, s) in enumerate(zip(indices, batch, strict=True)):
                     if proximal[i] is None:
@@ -611,15 +633,12 @@ def update(learner: Learner, samples: list[Sample], config: LossConfig) -> dict[
                 importance_ratio=c.importance_ratio,
                 importance_mode=c.importance_mode,
             )
-            learner.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.module.parameters(), c.max_grad_norm)
-            learner.optimizer.step()
+            grad_norm = optimizer_step(learner, loss, c.max_grad_norm)
             n_updates += 1
             totals["loss"] += st.loss
             totals["kl"] += st.kl
             totals["clip_frac"] += st.clip_fraction
-            totals["grad_norm"] += float(grad_norm)
+            totals["grad_norm"] += grad_norm
             totals["entropy"] += float((entropy.detach() * mask).sum() / mask.sum())
             if decoupled:
                 totals["importance/mean"] += st.importance_mean

@@ -2,7 +2,7 @@
 
     config.yaml        the run's whole TrainConfig (``ludus train --resume`` reads it back)
     metrics.jsonl      one line per step and per evaluation (schema: docs/metrics.md)
-    samples.jsonl      a few whole trajectories per step
+    samples.jsonl      whole trajectories, samples_per_step of each step (-1: every one)
     checkpoints/step_NNNNNN/   the policy as a model folder (what `final/` holds), trainer state
                        (torch) and state.json: `--model` and `from_pretrained` read it as it is
     final/             the policy at the end

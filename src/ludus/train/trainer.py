@@ -49,7 +49,7 @@ import torch
 from ludus import policies
 from ludus.core import registry
 from ludus.core.env import Env
-from ludus.core.types import Trajectory
+from ludus.core.types import Score, Trajectory
 from ludus.policies.base import PolicyError, SamplingParams, TrainablePolicy
 from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.rollout.engine import RolloutConfig
@@ -57,7 +57,8 @@ from ludus.rollout.evaluate import env_counts, evaluate
 from ludus.rollout.hosts import EnvHost
 from ludus.rollout.placement import EnvArgsError, EnvPlacement
 from ludus.rollout.remote import RemoteEnvError, UnusableEnvServer
-from ludus.train import grpo
+from ludus.rollout.rescore import regrade
+from ludus.train import grpo, logs, offline
 from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from ludus.rewards.judge import Judge
 
 Metrics = Callable[[dict[str, Any]], None]
+LOGGED = "logged.jsonl"  # a run's imported logs (offline, replay), as it learns from them
 
 
 class TrainingHalted(RuntimeError):
@@ -308,7 +310,9 @@ class Trainer:
         self.picker: TaskPicker
         self.learner: grpo.Learner
         self.inference_server: RolloutServerPolicy | None = None  # generation on vLLM / serve-model (rollout_server)
-        self.sampler: Sampler | None = None
+        self.sampler: Sampler | None = None  # none for offline training: nothing is sampled
+        self.logged: offline.LoggedBatches | None = None  # the groups of offline's or replay's logs
+        self.logged_weights: dict[int, float] = {}  # offline: each logged episode's weight
         self.unpushed: str | None = None  # why the last update's weights did not reach the inference server
 
     @property
@@ -375,7 +379,8 @@ class Trainer:
                     if not self.resume:  # nothing was trained: like a run whose start failed, no folder
                         self.folder.discard()
                     raise
-            self.sampler.start()
+            if self.sampler is not None:
+                self.sampler.start()
             interrupted = False
             with self.stop.installed():
                 mark = self._mark(step, elapsed)  # what a step that cannot finish checkpoints
@@ -433,10 +438,11 @@ class Trainer:
             random.seed(c.seed)
             np.random.seed(c.seed % 2**32)
             self.inference_server = self._connect_inference_server(policy)
+            self.logged = self._read_logs(policy)
             step, elapsed, position = self._restore()
             if self.inference_server is not None:
                 self._check_inference_server(step)
-            self.sampler = self._make_sampler(position)
+            self.sampler = None if c.offline else self._make_sampler(position)
         except BaseException:
             if first is not None:
                 first.close()
@@ -578,7 +584,10 @@ class Trainer:
         return record
 
     def _step(self, step: int, elapsed_s: float) -> tuple[dict[str, Any], float]:
-        """One RL step: take the step's groups from the sampler, learn; its metrics and seconds."""
+        """One RL step: take the step's groups from the sampler (and the replayed logs), learn; its
+        metrics and seconds. Offline: one step on logged groups (:meth:`_offline_step`)."""
+        if self.sampler is None:
+            return self._offline_step(step, elapsed_s)
         c, loss = self.config, self.config.loss()
         t0 = time.perf_counter()
         batch = self.sampler.take(step)
@@ -605,7 +614,13 @@ class Trainer:
         if c.dynamic_sampling:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(groups)}
             record |= {"dynamic/rounds": batch.rounds} if batch.rounds else {}
-        samples = grpo.build_samples(groups, loss) if groups else []  # dynamic sampling may keep none
+        replayed = self.logged.take(step, offline.replay_size(c)) if self.logged is not None else []
+        if replayed:
+            record |= offline.replay_metrics(replayed)
+        # dynamic sampling may keep no group; a logged group has the size the log gave it, so each
+        # gets its advantages alone
+        samples = grpo.build_samples(groups, loss) if groups else []
+        samples += [sample for group in replayed for sample in grpo.build_samples([group], loss)]
         try:
             record |= {"lr": lr, **grpo.update(self.learner, samples, loss)}
         except grpo.SamplerMismatch as exc:
@@ -619,16 +634,90 @@ class Trainer:
         record |= self._advance_sampler(step + 1)
         if batch.wait_s is not None:
             record["sampler_wait_s"] = round(batch.wait_s, 4)
-        self.folder.append_samples(step + 1, trajs[: c.samples_per_step])
+        self.folder.append_samples(step + 1, trajs if c.samples_per_step < 0 else trajs[: c.samples_per_step])
         dt = time.perf_counter() - t0
         tokens = record.pop("_tokens")
         return record | {"step_time_s": round(dt, 4), "tokens_per_s": round(tokens / dt, 1)}, dt
+
+    def _offline_step(self, step: int, elapsed_s: float) -> tuple[dict[str, Any], float]:
+        """One step of offline training: ``prompts_per_step`` logged groups, weighted fine-tuning."""
+        c = self.config
+        assert self.logged is not None
+        t0 = time.perf_counter()
+        groups = self.logged.take(step, c.prompts_per_step)
+        lr = c.lr * lr_factor(c, step, elapsed_s)
+        for group in self.learner.optimizer.param_groups:
+            group["lr"] = lr
+        samples = offline.build_samples(groups, self.logged_weights, c)
+        record = offline.step_metrics(groups, self.logged_weights) | {"lr": lr}
+        record |= offline.update(self.learner, samples, c)
+        self.learner.policy.version = step + 1
+        dt = time.perf_counter() - t0
+        tokens = sum(len(s.completion_ids) for s in samples)
+        return record | {"step_time_s": round(dt, 4), "tokens_per_s": round(tokens / dt, 1)}, dt
+
+    def _read_logs(self, policy: TrainablePolicy) -> offline.LoggedBatches | None:
+        """The logged groups of ``offline`` or ``replay``: read and tokenised, their missing behaviour
+        log-probs computed by the start weights, and kept in the run folder (``logged.jsonl``), which a
+        resumed run reads back, so that it learns from exactly the same episodes."""
+        c = self.config
+        paths = c.offline or c.replay
+        if not paths:
+            return None
+        saved = self.run_dir / LOGGED
+        if self.resume and saved.exists():
+            trajectories = [Trajectory.from_json(line) for line in saved.read_text().splitlines() if line.strip()]
+        else:
+            with self._log_grader() as grade:
+                trajectories, report = logs.read_logs(paths, policy, temperature=c.temperature, grade=grade)
+            self.log(report.summary())
+            for error in report.errors[:5]:
+                self.log(f"  {error}")
+            (self.run_dir / "logged.json").write_text(json.dumps(report.to_dict(), indent=1))
+            saved.write_text("".join(t.to_json() + "\n" for t in trajectories))
+        groups = logs.grouped(trajectories)
+        if c.replay:
+            groups = offline.replay_groups(groups, c)
+        if not groups:
+            raise ConfigError(
+                f"the logs {', '.join(paths)} hold no episode to learn from"
+                + (" (replay needs tasks tried several times with different rewards)" if c.replay else "")
+                + f"; see {self.run_dir / 'logged.json'}"
+            )
+        if c.offline:
+            self.logged_weights = offline.episode_weights(groups, c)
+        return offline.LoggedBatches(groups, c.seed)
+
+    @contextmanager
+    def _log_grader(self) -> Iterator[Callable[[Trajectory], Score]]:
+        """What grades a logged episode that came without a reward: the run's environment, replaying
+        its replies (``ludus.rollout.rescore.regrade``) on the task the line gives."""
+        c = self.config
+        made: list[Env] = []
+
+        def grade(trajectory: Trajectory) -> Score:
+            if c.envs:
+                raise logs.LogError("no reward: a run of several environments grades no log; give the line a reward")
+            if trajectory.env and trajectory.env != c.env:
+                raise logs.LogError(f"other environment: the line is of {trajectory.env!r}, the run grades {c.env!r}")
+            if not made:
+                made.append(self.env_factory())
+            trajectory.env = c.env
+            return regrade(made[0], trajectory).score
+
+        try:
+            yield grade
+        finally:
+            for env in made:
+                env.close()
 
     def _advance_sampler(self, version: int) -> dict[str, Any]:
         """After an update: whatever samples gets the new weights (the sampler's copy, the
         inference server); the inference server's numbers for the step. A failed push does not
         raise here: the update is whole, so the step is logged and checkpointed before the
         run stops (``unpushed``)."""
+        if self.sampler is None:
+            return {}
         try:
             self.sampler.advance(self.learner.policy)
         except PolicyError as exc:
@@ -699,7 +788,8 @@ class Trainer:
 
     def _mark(self, step: int, elapsed_s: float) -> ResumePoint:
         """What a checkpoint of ``step`` written now would hold besides the weights and optimizer."""
-        position = self.sampler.position()  # the task stream resumes where the sampler was
+        # the task stream resumes where the sampler was (offline: the log's order is the step's)
+        position = self.sampler.position() if self.sampler is not None else StreamPosition(step)
         state: dict[str, Any] = {
             "step": step,
             "elapsed_s": elapsed_s,
