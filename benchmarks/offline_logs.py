@@ -134,7 +134,10 @@ def main() -> None:
                 args,
             )
             r = row[objective]
-            print(f"  offline {objective:<20} held-out {r['start']:.3f} -> {r['end']:.3f} (best {r['best']:.3f})", flush=True)
+            print(
+                f"  offline {objective:<20} held-out {r['start']:.3f} -> {r['end']:.3f} (best {r['best']:.3f})",
+                flush=True,
+            )
         if not args.skip_online:
             online = {"seed": seed, "model": str(base), "steps": args.online_steps, "eval_every": args.eval_every}
             arms = {"online": online, "replay": {**online, "replay": [str(log)], "replay_ratio": args.replay_ratio}}
@@ -163,8 +166,10 @@ def main() -> None:
             print(f"  {arm:<8} steps to {args.target}: {steps}; minutes: {[m and round(m, 2) for m in minutes]}")
         sooner = all(
             results[s]["replay"]["reached_step"] is not None
-            and (results[s]["online"]["reached_step"] is None
-                 or results[s]["replay"]["reached_step"] < results[s]["online"]["reached_step"])
+            and (
+                results[s]["online"]["reached_step"] is None
+                or results[s]["replay"]["reached_step"] < results[s]["online"]["reached_step"]
+            )
             for s in args.seeds
         )
         print(f"  replay reaches {args.target} in fewer steps than online RL on every seed: {sooner}")

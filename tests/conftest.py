@@ -30,6 +30,12 @@ SMALL_TRAINING = {
 }
 
 
+@pytest.fixture(scope="session")
+def small_training() -> dict:
+    """:data:`SMALL_TRAINING`, for fixtures wider than a test's, which cannot use ``small_config``."""
+    return dict(SMALL_TRAINING)
+
+
 @pytest.fixture
 def small_config(tmp_path, monkeypatch):
     """``small_config(**overrides)``: that configuration, writing its runs under ``tmp_path``

@@ -182,7 +182,9 @@ def test_turn_ids_are_what_the_template_writes_for_a_logged_reply(policy, checkp
     assert prompt == policy.encode_prompt(conv, [ADD])
     assert completion == policy.tokenizer.encode(CALL, add_special_tokens=False) + [eos]
     # and what sampling gives is what turn_ids reads back from the sampled message
-    out = policy.generate(CONVS, SamplingParams(temperature=1.0, max_tokens=12), generator=torch.Generator().manual_seed(1))
+    out = policy.generate(
+        CONVS, SamplingParams(temperature=1.0, max_tokens=12), generator=torch.Generator().manual_seed(1)
+    )
     for conversation, sampled in zip(CONVS, out, strict=True):
         if sampled.finish_reason == "stop":
             assert policy.turn_ids(conversation, sampled.message()) == (sampled.prompt_ids, sampled.completion_ids)

@@ -27,15 +27,20 @@ def _write(path: Path, rows: list) -> Path:
     return path
 
 
-def _base(small_config) -> Path:
-    """The small test model's base, as a run's final/ (a training run of no step)."""
-    config = small_config(name="base", steps=0, warmstart_steps=80)  # one that solves a few sums
-    return Trainer.create(config, log=lambda _: None).run().run_dir / "final"
+@pytest.fixture(scope="module")
+def weak_base(tmp_path_factory, small_training) -> Path:
+    """The small test model's base that solves a few sums, as a run's final/ (a run of no step),
+    made once for the module with a cache of its own."""
+    folder = tmp_path_factory.mktemp("weak")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LUDUS_CACHE", str(folder / "cache"))
+        overrides = {**small_training, "warmstart_steps": 80, "steps": 0, "runs_dir": str(folder / "runs")}
+        config = load_config(overrides={**overrides, "name": "base"})
+        return Trainer.create(config, log=lambda _: None).run().run_dir / "final"
 
 
-def _eval_log(small_config, tmp_path: Path, count: int = 16, samples: int = 4) -> tuple[Path, Path]:
-    """A real `ludus eval`-style run folder of the base model's sampled attempts at training tasks."""
-    base = _base(small_config)
+def _eval_log(base: Path, tmp_path: Path, count: int = 16, samples: int = 4) -> Path:
+    """A real `ludus eval`-style run folder of ``base``'s sampled attempts at training tasks."""
     tasks = registry.make("arithmetic", digits=1, ops="+").task_source("train")
     evaluate(
         TinyPolicy.load(base),
@@ -45,7 +50,7 @@ def _eval_log(small_config, tmp_path: Path, count: int = 16, samples: int = 4) -
         samples=samples,
         sampling=SamplingParams(temperature=1.0, max_tokens=3),
     )
-    return base, tmp_path / "log"
+    return tmp_path / "log"
 
 
 # ---- importing ---------------------------------------------------------------------------
@@ -84,7 +89,12 @@ def test_openai_conversations_import_with_tools_parts_and_grouping(tmp_path):
     # the same question: one group; tokens and log-probs the policy's own, and marked as recomputed
     assert grouped(trajectories) == [[first, second]]
     assert first.policy_version == LOGGED_VERSION
-    assert first.info["logged"] == {"file": str(tmp_path / "log.jsonl"), "line": 1, "tokens": "recomputed", "logprobs": "recomputed"}
+    assert first.info["logged"] == {
+        "file": str(tmp_path / "log.jsonl"),
+        "line": 1,
+        "tokens": "recomputed",
+        "logprobs": "recomputed",
+    }
     turn = second.turns[0]
     assert turn.completion_ids == policy.tokenizer.encode("6") + [policy.tokenizer.eos_id]
     with torch.no_grad():
@@ -101,7 +111,13 @@ def test_every_bad_line_is_counted_by_reason_with_its_line_number(tmp_path):
         {"prompt": "no messages"},
         {"messages": [{"role": "wizard", "content": "x"}], "reward": 1},
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "reward": 1},
-        {**good, "messages": [*good["messages"][:1], {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]},
+        {
+            **good,
+            "messages": [
+                *good["messages"][:1],
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
+            ],
+        },
         {**good, "reward": float("nan")},
         {**good, "reward": True},
         {"messages": [{"role": "user", "content": "unanswered"}], "reward": 1},
@@ -131,8 +147,8 @@ def test_every_bad_line_is_counted_by_reason_with_its_line_number(tmp_path):
     assert "2 of 13 logged episodes imported" in report.summary()
 
 
-def test_ludus_trajectories_keep_their_recorded_tokens_and_logprobs(small_config, tmp_path):
-    base, log = _eval_log(small_config, tmp_path, count=6, samples=3)
+def test_ludus_trajectories_keep_their_recorded_tokens_and_logprobs(weak_base, tmp_path):
+    base, log = weak_base, _eval_log(weak_base, tmp_path, count=6, samples=3)
     lines = (log / "trajectories.jsonl").read_text().splitlines()
     trajectories, report = read_logs([log], TinyPolicy.load(base))  # a run folder: its trajectory files
     assert report.kept == len(lines) == 18 and report.recomputed_tokens == report.recomputed_logprobs == 0
@@ -149,8 +165,8 @@ def test_ludus_trajectories_keep_their_recorded_tokens_and_logprobs(small_config
     assert foreign.kept == 0 and foreign.skipped == {"foreign tokens": 18}
 
 
-def test_turn_ids_are_the_ids_the_policy_samples(small_config):
-    policy = TinyPolicy.load(_base(small_config))  # one that writes digits, not random bytes
+def test_turn_ids_are_the_ids_the_policy_samples(weak_base):
+    policy = TinyPolicy.load(weak_base)  # one that writes digits, not random bytes
     conversation = [Message("user", "3+4=")]
     sampled = policy.generate(
         [conversation] * 16, SamplingParams(temperature=1.0, max_tokens=3), generator=torch.Generator().manual_seed(0)
@@ -214,12 +230,14 @@ def test_logged_batches_cycle_through_the_log_in_a_seeded_order():
 # ---- ludus train --offline, and replay ----------------------------------------------------
 
 
-def test_offline_training_learns_the_logged_successes_and_resumes_exactly(small_config, tmp_path):
-    base, log = _eval_log(small_config, tmp_path)
+def test_offline_training_learns_the_logged_successes_and_resumes_exactly(small_config, weak_base, tmp_path):
+    base, log = weak_base, _eval_log(weak_base, tmp_path)
     logged = [Trajectory.from_json(x) for x in (log / "trajectories.jsonl").read_text().splitlines()]
     successes = [t for t in logged if t.reward >= 1.0]
     assert successes, "the base model solves some one-digit sums when sampling"
-    settings = dict(model=str(base), offline=[str(log)], offline_objective="filtered_bc", prompts_per_step=4, steps=6, lr=2e-3)
+    settings = dict(
+        model=str(base), offline=[str(log)], offline_objective="filtered_bc", prompts_per_step=4, steps=6, lr=2e-3
+    )
 
     def success_nll(policy: TinyPolicy) -> float:
         turns = [turn for t in successes for turn in t.turns]
@@ -249,8 +267,8 @@ def test_offline_training_learns_the_logged_successes_and_resumes_exactly(small_
         assert torch.equal(x, y), name
 
 
-def test_replay_mixes_logged_groups_as_stale_samples(small_config, tmp_path):
-    base, log = _eval_log(small_config, tmp_path, samples=3)  # logged groups of 3, fresh ones of 4
+def test_replay_mixes_logged_groups_as_stale_samples(small_config, weak_base, tmp_path):
+    base, log = weak_base, _eval_log(weak_base, tmp_path, samples=3)  # logged groups of 3, fresh ones of 4
     lines = (log / "trajectories.jsonl").read_text().splitlines()
     (log / "trajectories.jsonl").write_text("".join(x + "\n" for x in lines[:-1]))  # and one group of 2
     run = Trainer.create(
@@ -296,7 +314,12 @@ def test_lines_without_a_reward_are_graded_by_the_runs_environment(small_config,
     for i in range(3):
         task = tasks.get(i)
         for reply in (str(task.answer), str(int(task.answer) + 1)):
-            rows.append({"task": task.to_dict(), "messages": [{"role": "user", "content": task.prompt}, {"role": "assistant", "content": reply}]})
+            rows.append(
+                {
+                    "task": task.to_dict(),
+                    "messages": [{"role": "user", "content": task.prompt}, {"role": "assistant", "content": reply}],
+                }
+            )
     rows.append({**rows[0], "env": "countdown"})
     log = _write(tmp_path / "log.jsonl", rows)
     run = Trainer.create(small_config(name="graded", offline=[str(log)], steps=1), log=lambda _: None).run()

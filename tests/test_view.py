@@ -332,7 +332,8 @@ def test_the_page_in_a_real_chromium(runs):
             return page.locator(selector).all_inner_texts()
 
         def range_says(text: str) -> None:
-            page.wait_for_function("t => document.getElementById('range')?.textContent.includes(t)", arg=text)
+            # a locator, not wait_for_function: that one polls with eval, which the page's policy refuses
+            page.locator("#range", has_text=text).wait_for()
 
         # the first page of 10,000, sorted, filtered, then one trajectory in full
         page.goto(url)
@@ -384,7 +385,10 @@ def test_the_page_in_a_real_chromium(runs):
         # the web environment's screenshots, the repository's diff
         page.goto(f"{url}/#/trajectory?run=3&file={TRAJECTORIES}&offset=0")
         page.wait_for_selector("img.shot")
-        page.wait_for_function("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+        widths = page.locator("img.shot").evaluate_all(
+            "shots => Promise.all(shots.map((i) => i.decode().then(() => i.naturalWidth)))"
+        )
+        assert all(width > 0 for width in widths)
         assert page.locator("img.shot").count() == len(list(runs.shots.iterdir()))
         page.goto(f"{url}/#/trajectory?run=4&file={TRAJECTORIES}&offset=0")
         page.wait_for_selector(".diff .add")

@@ -21,20 +21,32 @@ trajectory, served only from inside its run folder or the screenshot folder its 
 from __future__ import annotations
 
 import bisect
+import hashlib
+import itertools
 import json
 import math
+import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 import orjson
 import yaml
 
-from ludus.rollout.records import TRAJECTORY_FILES, RecordLine, read_lines, trajectory_files
+from ludus.rollout.records import (
+    DEEPEST,
+    LONGEST_LINE,
+    TRAJECTORY_FILES,
+    RecordLine,
+    finite_number,
+    read_lines,
+    trajectory_files,
+)
 from ludus.rollout.rescore import LINES as RESCORE_LINES
 from ludus.rollout.rescore import SUMMARY as RESCORE_SUMMARY
 from ludus.rollout.rescore import Rescored
@@ -52,6 +64,13 @@ METRICS = "metrics.jsonl"
 PAGE_ROWS, MAX_PAGE_ROWS = 50, 500
 PUBLISH_EVERY = 500  # rows read before the indexing thread shows them to requests
 SCREENSHOT_LINE = re.compile(r"^Screenshot: (.+\.png)$", re.MULTILINE)
+# what one line may put in the index and a reply: a task id, env or status of megabytes is cut, and
+# a file of ten thousand distinct ones offers the first of them as choices (they are model- or
+# anyone-written: a run folder may come from elsewhere)
+MAX_FIELD_CHARS = 300
+MAX_CHOICES = 200
+SETTINGS_BYTES = 1 << 20  # config.yaml, eval.json, summary.json, rescore.json: a few KB each
+SETTINGS_VALUES = 100_000  # values of a recorded setting once YAML's aliases are written out
 # the page's own files only: no inline script or style, nothing from elsewhere, no framing
 SECURITY_HEADERS = [
     (
@@ -89,21 +108,18 @@ class GrowingJsonl(Generic[T]):
 
     def refresh(self) -> None:
         with self._lock:
-            try:
-                stat = self.path.stat()
-            except FileNotFoundError:
-                stat = None
-            identity = None if stat is None else (stat.st_dev, stat.st_ino)
-            if identity != self._identity or (stat is not None and stat.st_size < self._size):
+            status = _regular_file_status(self.path)
+            identity = None if status is None else (status.st_dev, status.st_ino)
+            if identity != self._identity or (status is not None and status.st_size < self._size):
                 with self.published:
                     self.records = []
                     self.generation += 1
                 self._identity, self._size, self._last = identity, 0, None
-            if stat is None or stat.st_size == self._size:
+            if status is None or status.st_size == self._size:
                 return
-            self._size = stat.st_size
+            self._size = status.st_size
             batch: list[T] = []
-            for line, record in self._new_lines(stat.st_size):
+            for line, record in self._new_lines(status.st_size):
                 self._last = (line.offset, line.number)
                 if record is not None:
                     batch.append(record)
@@ -127,11 +143,10 @@ class GrowingJsonl(Generic[T]):
             return list(self.records)
 
     def _unchanged(self) -> bool:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
+        status = _regular_file_status(self.path)
+        if status is None:
             return self._identity is None
-        return (stat.st_dev, stat.st_ino) == self._identity and stat.st_size == self._size
+        return (status.st_dev, status.st_ino) == self._identity and status.st_size == self._size
 
     def _refresh_and_say_so(self) -> None:
         try:
@@ -145,7 +160,7 @@ class GrowingJsonl(Generic[T]):
         """The lines past the last one taken, numbered from the file's start, up to ``size``."""
         start, before = (0, 0) if self._last is None else (self._last[0], self._last[1] - 1)
         taken = None if self._last is None else self._last[0]
-        for line in read_lines(self.path, start):
+        for line in read_lines(self.path, start, longest=LONGEST_LINE):
             if line.offset == taken:
                 continue  # read again only to number the lines after it
             end = line.offset + len(line.raw)
@@ -170,10 +185,69 @@ def _whole_json(raw: bytes) -> bool:
 
 
 def _loads(raw: bytes) -> Any:
+    """A line's JSON value, NaN and infinities as null (Python's json writes them, ``1e999`` is
+    one, and no browser reads them back); ValueError for one that is not JSON or nests too deep."""
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:  # orjson refuses NaN and Infinity, which Python's json writes
-        return json.loads(raw)
+    except orjson.JSONDecodeError:  # orjson refuses NaN and infinities, and nesting past 1024 levels
+        try:
+            return json.loads(raw, parse_constant=lambda _: None, parse_float=_finite_or_none)
+        except RecursionError:
+            raise ValueError("nested too deep to read") from None
+
+
+def _finite_or_none(text: str) -> float | None:
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _regular_file_status(path: Path) -> os.stat_result | None:
+    """``path``'s status if it is a regular file (symlinks followed); None for a missing one, or a
+    FIFO, device or folder put in its place, which reading would block on or fail."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status if stat.S_ISREG(status.st_mode) else None
+
+
+def _open_regular(path: Path) -> BinaryIO | None:
+    """``path`` open for reading if it is a regular file; None otherwise (see
+    :func:`_regular_file_status`). Opened without waiting, so that a FIFO put there since the
+    check is not waited on either."""
+    if _regular_file_status(path) is None:
+        return None
+    try:
+        return os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    except OSError:
+        return None
+
+
+def _line_at(path: Path, offset: int) -> bytes | None:
+    """The line of ``path`` that starts at ``offset``, without its newline; None if the file is
+    gone or is no regular file now, or the line is longer than :data:`LONGEST_LINE`."""
+    f = _open_regular(path)
+    if f is None:
+        return None
+    with f:
+        f.seek(offset)
+        line = f.readline(LONGEST_LINE + 1)
+    return None if len(line) > LONGEST_LINE else line.rstrip(b"\r\n")
+
+
+def _short(text: str) -> str:
+    """``text`` as the index keeps it: one of more than :data:`MAX_FIELD_CHARS` characters is cut,
+    with a digest of the whole so that two long ids sharing a beginning stay apart."""
+    if len(text) <= MAX_FIELD_CHARS:
+        return text
+    digest = hashlib.blake2b(text.encode(errors="surrogatepass"), digest_size=6).hexdigest()
+    tail = f"… ({len(text):,} characters, {digest})"
+    return text[: MAX_FIELD_CHARS - len(tail)] + tail
+
+
+def _count(value: Any) -> int:
+    """How many token ids a turn's list holds (0 for anything that is no list)."""
+    return len(value) if isinstance(value, list) else 0
 
 
 # ---- the table's rows ----------------------------------------------------------------------------
@@ -204,6 +278,8 @@ class Row:
 def summarize_line(line: RecordLine) -> Row:
     """The :class:`Row` of one line of a trajectory file (``Trajectory.to_dict``, a training
     sample's ``step`` beside it)."""
+    if line.cut:
+        return _unreadable(line, f"longer than {LONGEST_LINE >> 20} MB: not read")
     try:
         data = _loads(line.raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -215,23 +291,24 @@ def summarize_line(line: RecordLine) -> Row:
     turns = [t for t in data.get("turns") or [] if isinstance(t, dict)]
     messages = [m for m in data["messages"] if isinstance(m, dict)]
     replies = [m for m in messages if m.get("role") == "assistant"]
-    rewards = [t["reward"] for t in turns if _number(t.get("reward"))]
+    rewards = [t["reward"] for t in turns if finite_number(t.get("reward"))]
     if rewards:
         reward: float | None = float(sum(rewards))  # the episode return, as training counts it
     else:
-        reward = float(score["value"]) if score is not None and _number(score.get("value")) else None
+        reward = float(score["value"]) if score is not None and finite_number(score.get("value")) else None
     components = score.get("components") if score is not None else None
+    if isinstance(components, dict):
+        named = ((sys.intern(_short(str(k))), float(v)) for k, v in components.items() if finite_number(v))
+        components = dict(itertools.islice(named, MAX_CHOICES))
     return Row(
         offset=line.offset,
         line=line.number,
-        task_id=str(task.get("id", "")),
-        env=sys.intern(str(data.get("env") or "")),
-        status=sys.intern(str(score.get("status", ""))) if score is not None else "unscored",
+        task_id=_short(str(task.get("id", ""))),
+        env=sys.intern(_short(str(data.get("env") or ""))),
+        status=sys.intern(_short(str(score.get("status", "")))) if score is not None else "unscored",
         reward=reward,
-        components={sys.intern(str(k)): float(v) for k, v in components.items() if _number(v)}
-        if isinstance(components, dict) and components
-        else None,
-        tokens=sum(len(t.get("completion_ids") or ()) for t in turns),
+        components=components or None,
+        tokens=sum(_count(t.get("completion_ids")) for t in turns),
         chars=sum(len(m["content"]) for m in replies if isinstance(m.get("content"), str)),
         turns=len(turns) or len(replies),
         step=data["step"] if isinstance(data.get("step"), int) else None,
@@ -241,10 +318,6 @@ def summarize_line(line: RecordLine) -> Row:
 
 def _unreadable(line: RecordLine, problem: str) -> Row:
     return Row(line.offset, line.number, "", "", "unreadable", None, None, 0, 0, 0, None, None, problem)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---- a rescore's verdicts ------------------------------------------------------------------------
@@ -279,14 +352,14 @@ def _verdict(line: RecordLine) -> Verdict | None:
     try:
         data = _loads(line.raw)
         rescored = Rescored.from_dict(data)
-    except (ValueError, TypeError, KeyError):
-        return None  # not a verdict: ludus rescore reports its own problems
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return None  # not a verdict (a huge number, a list, NaN): ludus rescore reports its own problems
     return Verdict(
         file=rescored.file,
         trajectory_offset=rescored.offset,
-        task_id=rescored.task_id,
-        old_status=sys.intern(rescored.old_status),
-        new_status=sys.intern(rescored.new.status),
+        task_id=_short(rescored.task_id),
+        old_status=sys.intern(_short(rescored.old_status)),
+        new_status=sys.intern(_short(rescored.new.status)),
         old_reward=rescored.old_reward,
         new_reward=rescored.new_reward,
         changed=rescored.changed,
@@ -374,9 +447,12 @@ class TrajectoryFile:
     def read(self, offset: int) -> tuple[Row, dict[str, Any]]:
         """The whole record at ``offset`` (a line start of the index), read from disk."""
         row = self.row_at(offset)
-        with self.path.open("rb") as f:
-            f.seek(offset)
-            raw = f.readline()
+        raw = _line_at(self.path, offset)
+        if raw is None:
+            raise HTTPException(
+                404,
+                f"{self.name}, line {row.line} cannot be read: longer than {LONGEST_LINE >> 20} MB, or the file is gone",
+            )
         try:
             data = _loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -411,12 +487,12 @@ class TrajectoryFile:
 
 
 def components_of(rows: list[Row]) -> list[str]:
-    """Every reward component the rows' scores name."""
+    """The reward components the rows' scores name (the first :data:`MAX_CHOICES` in order)."""
     names: set[str] = set()
     for row in rows:
         if row.components:
             names.update(row.components)
-    return sorted(names)
+    return sorted(names)[:MAX_CHOICES]
 
 
 def _sort_value(column: str, verdicts: Verdicts) -> Callable[[Row], Any]:
@@ -467,11 +543,8 @@ class Run:
 
     def _recorded_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {}
-        for name, read in (("config.yaml", yaml.safe_load), ("eval.json", json.loads), ("summary.json", json.loads)):
-            try:
-                value = read((self.path / name).read_text())
-            except (OSError, ValueError, yaml.YAMLError):
-                continue
+        for name in ("config.yaml", "eval.json", "summary.json"):
+            value = _setting(self.path / name)
             if isinstance(value, dict):
                 settings[name] = value
         return settings
@@ -495,9 +568,9 @@ class Run:
     def verdict_in_full(self, verdict: Verdict) -> dict[str, Any] | None:
         """The rescore.jsonl line of ``verdict``: both scores with their reasons (None if a new
         rescore has replaced the file since it was read)."""
-        with (self.path / RESCORE_LINES).open("rb") as f:
-            f.seek(verdict.offset)
-            line = f.readline()
+        line = _line_at(self.path / RESCORE_LINES, verdict.offset)
+        if line is None:
+            return None
         try:
             data = _loads(line)
         except (ValueError, UnicodeDecodeError):
@@ -510,10 +583,7 @@ class Run:
         return {key: data.get(key) for key in ("old", "new", "old_reward", "new_reward", "diverged", "env")}
 
     def rescore_summary(self) -> dict[str, Any] | None:
-        try:
-            value = json.loads((self.path / RESCORE_SUMMARY).read_text())
-        except (OSError, ValueError):
-            return None
+        value = _setting(self.path / RESCORE_SUMMARY)
         return value if isinstance(value, dict) else None
 
     def screenshot_folders(self) -> list[Path]:
@@ -561,6 +631,41 @@ class Run:
         }
 
 
+def _setting(path: Path) -> Any:
+    """What a small file the run wrote about itself holds (YAML for ``.yaml``, else JSON); None
+    if it is missing, no regular file, larger than :data:`SETTINGS_BYTES`, unreadable, or YAML
+    whose aliases write out to more than :data:`SETTINGS_VALUES` values (or to no end)."""
+    f = _open_regular(path)
+    if f is None:
+        return None
+    try:
+        with f:
+            raw = f.read(SETTINGS_BYTES + 1)
+        if len(raw) > SETTINGS_BYTES:
+            return None
+        value = yaml.safe_load(raw) if path.suffix == ".yaml" else _loads(raw)
+        if not _written_out_within(value, SETTINGS_VALUES, DEEPEST):
+            return None
+        return _loads(json.dumps(value, default=str).encode())  # JSON's kinds: no NaN, no YAML dates
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
+        return None
+
+
+def _written_out_within(value: Any, most: int, deepest: int) -> bool:
+    """Whether ``value`` written out (a shared part once per place it is used) holds at most
+    ``most`` values nested at most ``deepest`` levels; counting stops there, so that YAML's alias
+    bomb or a list that holds itself costs no more."""
+    pending, seen = [(value, 0)], 0
+    while pending:
+        item, depth = pending.pop()
+        seen += 1
+        if seen > most or depth > deepest:
+            return False
+        if isinstance(item, dict | list):
+            pending += ((inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item))
+    return True
+
+
 def _numbers(line: RecordLine) -> dict[str, Any] | None:
     """A metrics line's numbers (None for a line that is not a JSON object)."""
     try:
@@ -569,7 +674,7 @@ def _numbers(line: RecordLine) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict):
         return None
-    return {key: value for key, value in data.items() if _number(value)}
+    return {key: value for key, value in data.items() if finite_number(value)}
 
 
 def screenshots_in(trajectory: dict[str, Any]) -> list[tuple[int, str]]:
@@ -592,11 +697,12 @@ def turn_summaries(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     for turn in trajectory.get("turns") or []:
         if not isinstance(turn, dict):
             continue
-        logprobs = [p for p in turn.get("logprobs") or [] if _number(p)]
+        logprobs = turn.get("logprobs")
+        logprobs = [p for p in logprobs if finite_number(p)] if isinstance(logprobs, list) else []
         out.append(
             {
-                "prompt_tokens": len(turn.get("prompt_ids") or ()),
-                "completion_tokens": len(turn.get("completion_ids") or ()),
+                "prompt_tokens": _count(turn.get("prompt_ids")),
+                "completion_tokens": _count(turn.get("completion_ids")),
                 "mean_logprob": sum(logprobs) / len(logprobs) if logprobs else None,
                 "reward": turn.get("reward"),
                 "finish_reason": turn.get("finish_reason"),
@@ -698,8 +804,8 @@ def view_app(runs: list[Run]) -> FastAPI:
             "indexed": len(indexed),
             "complete": trajectory_file.complete,
             "rows": page,
-            "envs": sorted({row.env for row in indexed}),
-            "statuses": sorted({row.status for row in indexed}),
+            "envs": sorted({row.env for row in indexed})[:MAX_CHOICES],
+            "statuses": sorted({row.status for row in indexed})[:MAX_CHOICES],
             "components": components_of(indexed),
             "rescored": bool(verdicts.by_offset),
         }
@@ -724,7 +830,10 @@ def view_app(runs: list[Run]) -> FastAPI:
             "screenshots": screenshots,
             "rescore": rescore,
         }
-        return JSONResponse(body)
+        try:
+            return JSONResponse(body)
+        except RecursionError:  # read by a parser that goes deeper than the one writing it back
+            raise HTTPException(422, f"{name}, line {row.line} is nested too deep to show") from None
 
     @app.get("/api/runs/{run}/files/{name}/records/{offset}/screenshots/{number}")
     def screenshot(run: int, name: str, offset: int, number: int) -> Response:
@@ -736,21 +845,23 @@ def view_app(runs: list[Run]) -> FastAPI:
         path = owner.screenshot(shots[number][1])
         if path is None:
             raise HTTPException(404, "that screenshot is not a PNG inside the run folder or its screenshot folder")
-        return Response(path.read_bytes(), media_type="image/png")
+        return FileResponse(path, media_type="image/png")  # streamed: a PNG of gigabytes is never held whole
 
     @app.get("/api/metrics")
     def metrics(keys: str = Query("", max_length=4000)) -> dict[str, Any]:
-        wanted = [key for key in keys.split(",") if key]
+        wanted = {key: None for key in keys.split(",") if key}  # each once, in the order asked
         every: set[str] = set()
         out = []
         for run in runs:
             if not (run.path / METRICS).is_file():
                 continue
             run.metrics.refresh()
-            records = run.metrics.records
-            for record in records:
+            series: dict[str, list[list[Any]]] = {key: [] for key in wanted}
+            for record in run.metrics.records:
                 every.update(record)
-            series = {key: [[r["step"], r[key]] for r in records if key in r and "step" in r] for key in wanted}
+                if "step" in record:  # one pass, each record's keys met with those asked
+                    for key in wanted.keys() & record.keys():
+                        series[key].append([record["step"], record[key]])
             out.append({"run": run.index, "name": run.name, "series": series})
         every.discard("step")
         return {"keys": sorted(every), "runs": out}

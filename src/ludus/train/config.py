@@ -22,7 +22,7 @@ LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 TurnCredit = Literal["episode", "reward_to_go"]
 ImportanceRatio = Literal["token", "sequence"]
 ImportanceMode = Literal["truncate", "mask"]
-OfflineObjective = Literal["importance_weighted", "reward_weighted", "filtered_bc"]
+OfflineObjective = Literal["reward_weighted", "importance_weighted", "filtered_bc"]
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ class TrainConfig:
     # one task) per step, by offline_objective; no sampling. replay: online RL, and replay_ratio of each
     # step's groups come from these logs (groups whose rewards differ), corrected as stale samples
     offline: list[str] = field(default_factory=list)
-    offline_objective: OfflineObjective = "importance_weighted"
+    offline_objective: OfflineObjective = "reward_weighted"
     offline_beta: float = 0.1  # reward_weighted/importance_weighted: weight exp((reward - group mean) / beta)
     offline_weight_cap: float = 5.0  # an episode's weight (normalised to mean 1 over the log) is at most this
     offline_min_reward: float = 1.0  # filtered_bc: the episodes trained on have at least this reward
@@ -238,7 +238,9 @@ class TrainConfig:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0, got {getattr(self, name)}")
         if self.samples_per_step < -1:
-            raise ConfigError(f"config field 'samples_per_step' must be >= 0, or -1 for every one; got {self.samples_per_step}")
+            raise ConfigError(
+                f"config field 'samples_per_step' must be >= 0, or -1 for every one; got {self.samples_per_step}"
+            )
         if not self.importance_cap >= 1:
             raise ConfigError(f"config field 'importance_cap' must be >= 1, got {self.importance_cap}")
         if not 0 < self.lr_decay_frac <= 1:

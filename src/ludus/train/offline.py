@@ -13,12 +13,12 @@ same groups) and fine-tunes on their episodes, each weighted (:func:`episode_wei
   ``offline_min_reward``, all others left out: supervised fine-tuning on the logger's successes
   (rejection-sampling fine-tuning). The baseline: it ignores how good each success was relative to
   the other attempts and learns nothing from failures.
-* ``reward_weighted`` — every episode, weighted by ``exp(A / β)`` (``β = offline_beta``), ``A``
+* ``reward_weighted`` (the default) — every episode, weighted by ``exp(A / β)`` (``β = offline_beta``), ``A``
   its reward minus its group's mean reward (the whole log's mean for a task tried once):
   reward-weighted regression (Peters & Schaal, 2007; AWR, Peng et al., 2019). The weights are
   normalised to mean 1 over the log, then truncated at ``offline_weight_cap``, so that a few
   lucky episodes cannot dominate a step.
-* ``importance_weighted`` (the default) — the same weights, and each token's log-likelihood
+* ``importance_weighted`` — the same weights, and each token's log-likelihood
   also weighted by its truncated importance ratio ``min(π_θ / π_β, C)`` (``C = importance_cap``,
   ``π_β`` the logging policy's log-prob: recorded in the log, or the start weights' where it was
   recomputed). As the learner moves away from the logger, what the logger did that the learner

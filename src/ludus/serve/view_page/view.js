@@ -1,11 +1,15 @@
 // ludus view: the page over the JSON API of src/ludus/serve/view.py.
 // Everything a run holds is model-written text: it reaches the page through textContent and
-// setAttribute on known attributes only, never as HTML.
+// setAttribute on known attributes only, never as HTML, its bidirectional controls shown (visible())
+// and its values checked for their type before use (a run folder may come from anyone).
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = ["#2457a6", "#c0392b", "#1c7c3a", "#8e44ad", "#d35400", "#16a085", "#7f8c8d"];
 const DEFAULT_CURVES = ["reward/mean", "eval/accuracy"];
+// characters that reorder the text after them ("Trojan Source"): a reply or reason holding them
+// would read otherwise than it is, so they are shown as their code points
+const BIDI_CONTROLS = /[\u202a-\u202e\u2066-\u2069]/g;
 let runs = [];
 let lastTable = "#/table";
 
@@ -20,9 +24,17 @@ function el(tag, props, ...children) {
   }
   for (const child of children.flat()) {
     if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
   return node;
+}
+
+function visible(value) {
+  return String(value).replace(BIDI_CONTROLS, (c) => `[U+${c.codePointAt(0).toString(16).toUpperCase()}]`);
+}
+
+function objects(value) {
+  return Array.isArray(value) ? value.filter((item) => item !== null && typeof item === "object") : [];
 }
 
 function svg(tag, attrs, text) {
@@ -60,7 +72,7 @@ function go(route, params) {
 
 function number(value, digits = 3) {
   if (value === null || value === undefined) return "–";
-  if (Number.isInteger(value)) return String(value);
+  if (typeof value !== "number" || Number.isInteger(value)) return String(value);
   return String(Number(value.toFixed(digits)));
 }
 
@@ -73,7 +85,7 @@ function looksLikeDiff(text) {
 }
 
 function textBlock(text) {
-  const value = typeof text === "string" ? text : JSON.stringify(text, null, 2);
+  const value = typeof text === "string" ? text : String(JSON.stringify(text, null, 2));
   if (!looksLikeDiff(value)) return el("pre", {}, value);
   const block = el("pre", { class: "diff" });
   for (const line of value.split("\n")) {
@@ -82,7 +94,7 @@ function textBlock(text) {
     else if (line.startsWith("@@")) kind = "hunk";
     else if (line.startsWith("+")) kind = "add";
     else if (line.startsWith("-")) kind = "del";
-    block.append(kind ? el("span", { class: kind }, line) : document.createTextNode(line + "\n"));
+    block.append(kind ? el("span", { class: kind }, line) : document.createTextNode(visible(line) + "\n"));
   }
   return block;
 }
@@ -254,13 +266,15 @@ function trajectoryCard(record) {
 
   const shots = {};
   record.screenshots.forEach((shot, k) => { (shots[shot.message] = shots[shot.message] || []).push([k, shot]); });
-  const messages = el("div", { class: "card messages" }, el("h3", {}, `Messages (${(t.messages || []).length})`));
-  (t.messages || []).forEach((message, k) => {
+  const all = Array.isArray(t.messages) ? t.messages : [];
+  const messages = el("div", { class: "card messages" }, el("h3", {}, `Messages (${all.length})`));
+  all.forEach((message, k) => {  // k: the message's place, which the screenshots name
+    if (message === null || typeof message !== "object") return;
     const block = el("div", { class: `message ${message.role}`, "data-role": message.role },
       el("div", { class: "role" }, message.role, message.name ? ` · ${message.name}` : "",
         message.tool_call_id ? ` · reply to ${message.tool_call_id}` : ""),
-      message.content || !(message.tool_calls || []).length ? textBlock(message.content || "") : null);
-    for (const call of message.tool_calls || []) {
+      message.content || !objects(message.tool_calls).length ? textBlock(message.content || "") : null);
+    for (const call of objects(message.tool_calls)) {
       block.append(el("div", { class: "call" }, `→ ${call.name}`, call.id ? ` (${call.id})` : ""),
         textBlock(JSON.stringify(call.arguments, null, 2)));
     }
@@ -286,9 +300,10 @@ function trajectoryCard(record) {
     table.append(body);
     box.append(el("div", { class: "card" }, el("h3", {}, "Policy turns"), table));
   }
-  if ((t.tools || []).length) {
-    box.append(el("details", { class: "card" }, el("summary", {}, `Tools (${t.tools.length})`),
-      textBlock(t.tools.map((tool) => `${tool.name}: ${tool.description || ""}`).join("\n"))));
+  const tools = objects(t.tools);
+  if (tools.length) {
+    box.append(el("details", { class: "card" }, el("summary", {}, `Tools (${tools.length})`),
+      textBlock(tools.map((tool) => `${tool.name}: ${tool.description || ""}`).join("\n"))));
   }
   box.append(el("details", { class: "card info" }, el("summary", {}, "Info"), textBlock(JSON.stringify(info, null, 2))));
   return box;
