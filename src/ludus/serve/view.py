@@ -12,10 +12,14 @@ was replaced (a resumed training rewrites its samples) is read again from its st
 The page and its API are served to one browser on this machine: bound to 127.0.0.1, behind
 :class:`~ludus.serve.browser.BrowserGuard` (no other site's page, no rebound DNS name), with a
 strict Content-Security-Policy (scripts from this server's own files only). What a run holds is
-model-written text: the page renders all of it as text. A client names nothing on disk: runs by
-their index, files by a name of :data:`~ludus.rollout.records.TRAJECTORY_FILES`, records by an
-offset that must be a line start of the file's index, screenshots by their number in a
-trajectory, served only from inside its run folder or the screenshot folder its run recorded.
+model-written text, and a run folder may come from anyone: the page renders all of it as text, a
+line or file of the wrong kind is shown as such (never stopping the index or a reply), what one
+line puts in the index is bounded, and a FIFO or folder where a file should be is never read. A
+client names nothing on disk: runs by their index, files by a name of
+:data:`~ludus.rollout.records.TRAJECTORY_FILES`, records by an offset that must be a line start
+of the file's index, screenshots by their number in a trajectory, served only from inside its run
+folder or the screenshot folder its run recorded. Not guarded: other accounts of this machine,
+which can connect to 127.0.0.1 too (docs/view.md).
 """
 
 from __future__ import annotations
