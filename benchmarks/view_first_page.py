@@ -54,16 +54,17 @@ def make_run(root: Path, trajectories: int, model: str = "tiny") -> Path:
 
 
 @contextlib.contextmanager
-def ludus_view(*folders: Path) -> Iterator[tuple[str, psutil.Process]]:
-    """``ludus view FOLDER… --port 0`` as a user starts it: the URL it prints, and its process."""
+def ludus_view(*folders: Path) -> Iterator[tuple[str, str, psutil.Process]]:
+    """``ludus view FOLDER… --port 0`` as a user starts it: the address it prints, split into the
+    server's URL and the token after ``#token=``, and its process."""
     command = [sys.executable, "-m", "ludus.cli", "view", *map(str, folders), "--port", "0"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert process.stderr is not None
         for line in process.stderr:
-            found = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
+            found = re.search(r"at (http://127\.0\.0\.1:\d+)/#token=(\S+)", line)
             if found:
-                yield found.group(1), psutil.Process(process.pid)
+                yield found.group(1), urllib.parse.unquote(found.group(2)), psutil.Process(process.pid)
                 return
         raise RuntimeError(f"ludus view exited with {process.wait()} before printing its address")
     finally:
@@ -72,9 +73,22 @@ def ludus_view(*folders: Path) -> Iterator[tuple[str, psutil.Process]]:
         process.wait(timeout=30)
 
 
-def indexed(url: str) -> None:
-    while not all(f["complete"] for run in httpx.get(f"{url}/api/runs").json() for f in run["files"]):
+def api(url: str, token: str, path: str, **params: Any) -> Any:
+    reply = httpx.get(f"{url}{path}", params=params, headers={"Authorization": f"Bearer {token}"})
+    reply.raise_for_status()
+    return reply.json()
+
+
+def indexed(url: str, token: str) -> None:
+    while not all(f["complete"] for run in api(url, token, "/api/runs") for f in run["files"]):
         time.sleep(0.05)
+
+
+def shown_at(page: Any, selector: str) -> float:
+    """Milliseconds from navigation start to ``selector`` on the page (a locator: the page's
+    Content-Security-Policy refuses the eval that ``wait_for_function`` polls with)."""
+    page.locator(selector).first.wait_for()
+    return page.evaluate("performance.now()")
 
 
 def resident_mib(process: psutil.Process) -> float:
@@ -84,29 +98,22 @@ def resident_mib(process: psutil.Process) -> float:
 def measure(browser: Any, run: Path) -> dict[str, float]:
     """One cold start: milliseconds to the first page, to one trajectory and to a sorted page;
     seconds to the whole index; the server's resident MiB once indexed."""
-    with ludus_view(run) as (url, server):
+    with ludus_view(run) as (url, token, server):
         started = time.monotonic()
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
-        page.goto(url, wait_until="commit")
-        first = page.wait_for_function(
-            "() => document.querySelector('#rows tbody tr') ? performance.now() : false", polling="raf"
-        ).json_value()
+        page.goto(f"{url}/#token={token}", wait_until="commit")
+        first = shown_at(page, "#rows tbody tr")
         before = page.evaluate("performance.now()")
         page.click("#rows tbody tr")
-        opened = page.wait_for_function(
-            "() => document.querySelector('.message.assistant') ? performance.now() : false", polling="raf"
-        ).json_value()
-        indexed(url)
+        opened = shown_at(page, ".message.assistant")
+        indexed(url, token)
         index_s = time.monotonic() - started
         page.goto(f"{url}/#/table")
         page.wait_for_selector("#rows tbody tr")
         before_sort = page.evaluate("performance.now()")
         page.click("th[data-sort=status]")
-        sorted_at = page.wait_for_function(
-            "() => document.querySelector('th.sorted-asc[data-sort=status]') ? performance.now() : false",
-            polling="raf",
-        ).json_value()
+        sorted_at = shown_at(page, "th.sorted-asc[data-sort=status]")
         context.close()
         return {
             "first_ms": first,
@@ -135,14 +142,26 @@ def make_docs_runs(root: Path, minutes: float) -> list[Path]:
     return [root / name for name in ("eval-seed0", "eval-seed1", "recipe-seed0", "recipe-seed1", "web", "repo")]
 
 
-def photograph(browser: Any, url: str, out: Path) -> None:
+def images_drawn(page: Any) -> list[int]:
+    """The natural widths of the page's screenshots, once each is fetched (with the token, into an
+    object URL) and decoded."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("img.shot:not([src])")).to_have_count(0)
+    return page.locator("img.shot").evaluate_all(
+        "shots => Promise.all(shots.map((i) => i.decode().then(() => i.naturalWidth)))"
+    )
+
+
+def photograph(browser: Any, url: str, token: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(f"{url}/#token={token}")
 
     def take(name: str, fragment: str, ready: str, scroll_to: str | None = None) -> None:
         page.goto(f"{url}/{fragment}")
         page.wait_for_selector(ready)
-        page.wait_for_function("[...document.images].every(i => i.complete)")
+        images_drawn(page)
         if scroll_to:
             page.locator(scroll_to).first.scroll_into_view_if_needed()
         page.screenshot(path=str(out / f"view-{name}.png"))
@@ -150,7 +169,7 @@ def photograph(browser: Any, url: str, out: Path) -> None:
 
     take("table", "#/table?run=0&status=wrong&sort=reward&desc=1", "#rows tbody tr")
     take("curves", "#/curves", ".chart svg polyline")
-    first = page.evaluate("fetch('/api/compare?a=0&b=1&limit=1').then(r => r.json())")["tasks"][0]
+    first = api(url, token, "/api/compare", a=0, b=1, limit=1)["tasks"][0]
     pair = {"a": 0, "b": 1, "task": first["task_id"], "ao": first["a"]["offset"], "bo": first["b"]["offset"]}
     take("compare", "#/compare?" + urllib.parse.urlencode(pair), "#side-b .message")
     take("screenshot", "#/trajectory?run=4&file=trajectories.jsonl&offset=0", "img.shot", "img.shot")
@@ -178,8 +197,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ludus-view-bench-", dir=scratch) as root, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=find_chromium(), args=launch_args())
         if args.screenshots:
-            with ludus_view(*make_docs_runs(Path(root), args.minutes)) as (url, _):
-                photograph(browser, url, args.screenshots)
+            with ludus_view(*make_docs_runs(Path(root), args.minutes)) as (url, token, _):
+                photograph(browser, url, token, args.screenshots)
         else:
             benchmark(
                 browser, args.runs or [make_run(Path(root), size) for size in args.sizes], Path(root), args.repeats

@@ -7,9 +7,11 @@ page itself is driven in a real headless Chromium, hostile model text included."
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -31,6 +33,9 @@ pytestmark = pytest.mark.usefixtures("module_cache")
 
 TRAJECTORIES = "trajectories.jsonl"
 BENCHMARK = REPO / "benchmarks" / "view_first_page.py"  # where `ludus view` is started as a user starts it
+TOKEN = secrets.token_urlsafe(32)
+AUTHORIZED = {"Authorization": f"Bearer {TOKEN}"}
+get = functools.partial(httpx.get, headers=AUTHORIZED)  # the API, as the token's holder
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
 
 
@@ -91,12 +96,12 @@ def lines_of(path: Path) -> list[tuple[int, int, dict[str, Any]]]:
 
 @contextlib.contextmanager
 def viewing(*folders: Path) -> Iterator[str]:
-    with serving(view_app(open_runs(folders)), path="") as url:
+    with serving(view_app(open_runs(folders), TOKEN), path="") as url:
         yield url
 
 
 def rows(url: str, run: int = 0, name: str = TRAJECTORIES, **params: Any) -> dict[str, Any]:
-    reply = httpx.get(f"{url}/api/runs/{run}/files/{name}/rows", params=params)
+    reply = get(f"{url}/api/runs/{run}/files/{name}/rows", params=params)
     assert reply.status_code == 200, reply.text
     return reply.json()
 
@@ -148,8 +153,8 @@ def test_the_table_pages_sorts_and_filters_as_the_file_says(runs):
         wanted = [(o, r) for o, _, r in lines if "/77" in r["task"]["id"] and r["score"]["status"] == "no_answer"]
         found = every_row(url, text="/77", status="no_answer", sort="task_id")
         assert [r["offset"] for r in found] == [o for o, _ in sorted(wanted, key=lambda e: e[1]["task"]["id"])]
-        assert httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/rows", params={"sort": "messages"}).status_code == 400
-        too_many = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/rows", params={"limit": MAX_PAGE_ROWS + 1})
+        assert get(f"{url}/api/runs/0/files/{TRAJECTORIES}/rows", params={"sort": "messages"}).status_code == 400
+        too_many = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/rows", params={"limit": MAX_PAGE_ROWS + 1})
         assert too_many.status_code == 422
 
 
@@ -157,10 +162,10 @@ def test_a_training_run_shows_its_curves_and_its_samples_by_step(runs):
     metrics = [json.loads(line) for line in (runs.train / "metrics.jsonl").read_text().splitlines()]
     samples = lines_of(runs.train / "samples.jsonl")
     with viewing(runs.train, runs.oracle) as url:
-        described = httpx.get(f"{url}/api/runs").json()
+        described = get(f"{url}/api/runs").json()
         assert described[0]["settings"]["config.yaml"]["steps"] == 3 and described[0]["metrics"]
         assert described[1]["settings"]["summary.json"]["accuracy"] == 1.0 and not described[1]["metrics"]
-        curves = httpx.get(f"{url}/api/metrics", params={"keys": "reward/mean,eval/accuracy"}).json()
+        curves = get(f"{url}/api/metrics", params={"keys": "reward/mean,eval/accuracy"}).json()
         assert {"reward/mean", "eval/accuracy", "loss", "lr"} <= set(curves["keys"])
         [train] = curves["runs"]  # the evaluation has no metrics.jsonl
         for key in ("reward/mean", "eval/accuracy"):
@@ -177,7 +182,7 @@ def test_a_record_is_read_only_from_a_line_start_of_the_index(runs):
     with viewing(runs.oracle) as url:
         base = f"{url}/api/runs/0/files/{TRAJECTORIES}/records"
         for offset, number, record in lines[:3]:
-            got = httpx.get(f"{base}/{offset}").json()
+            got = get(f"{base}/{offset}").json()
             assert got["row"]["line"] == number and got["trajectory"]["messages"] == record["messages"]
             assert got["turns"] == [
                 {
@@ -189,7 +194,7 @@ def test_a_record_is_read_only_from_a_line_start_of_the_index(runs):
                 }
             ]
         for offset in (1, lines[1][0] - 1, lines[-1][0] + 1, 10**12, -1):
-            refused = httpx.get(f"{base}/{offset}")
+            refused = get(f"{base}/{offset}")
             assert refused.status_code == 404 and "starts at byte" in refused.json()["detail"]
 
 
@@ -205,13 +210,13 @@ def test_clients_name_runs_files_and_screenshots_by_number_never_by_path(runs, t
             "/api/runs/0/files/../../etc/passwd/rows",
             f"/api/runs/0/files/{TRAJECTORIES}/records/0/screenshots/99",
         ):
-            assert httpx.get(url + path).status_code == 404, path
-        record = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0").json()
+            assert get(url + path).status_code == 404, path
+        record = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0").json()
         saved = sorted(runs.shots.iterdir())
         assert len(record["screenshots"]) == len(saved) > 1  # the recorded folder, outside the run folder
         assert all(shot["served"] for shot in record["screenshots"])
         for number, shot in enumerate(record["screenshots"]):
-            image = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0/screenshots/{number}")
+            image = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0/screenshots/{number}")
             assert image.headers["content-type"] == "image/png" and image.content == Path(shot["path"]).read_bytes()
 
     # the same run, its page views rewritten to name files outside both folders (as a tool's output can)
@@ -228,10 +233,10 @@ def test_clients_name_runs_files_and_screenshots_by_number_never_by_path(runs, t
         )
     (copy / TRAJECTORIES).write_text(json.dumps(record) + "\n")
     with viewing(copy) as url:
-        record = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0").json()
+        record = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0").json()
         assert [shot["served"] for shot in record["screenshots"]][:3] == [False, False, False]
         for number in range(3):
-            refused = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0/screenshots/{number}")
+            refused = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0/screenshots/{number}")
             assert refused.status_code == 404 and "inside the run folder" in refused.json()["detail"]
 
 
@@ -250,7 +255,7 @@ def test_a_file_that_grows_is_read_on_and_one_rewritten_is_read_again(runs, tmp_
         assert [r["line"] for r in shown[4:8]] == [5, 6, 8, 9] and len(shown) == 13
         broken = shown[6]
         assert broken["status"] == "unreadable" and broken["problem"].startswith("not JSON")
-        opened = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/{broken['offset']}")
+        opened = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/{broken['offset']}")
         assert opened.status_code == 422 and "line 8 is not JSON" in opened.json()["detail"]
         path.write_bytes(b"".join(lines[12:15]))  # rewritten shorter, as a resumed training does
         shown = every_row(url)
@@ -273,7 +278,7 @@ def test_a_rescored_run_shows_the_old_and_the_new_verdict(runs):
             )
         assert len(every_row(url, changed="true")) == summary["changed"]
         offset = shown[0]["offset"]
-        record = httpx.get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/{offset}").json()
+        record = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/{offset}").json()
         assert (
             record["rescore"]["old"] == verdicts[offset]["old"] and record["rescore"]["new"] == verdicts[offset]["new"]
         )
@@ -288,15 +293,15 @@ def test_pages_of_other_sites_are_refused_and_the_page_runs_only_its_own_script(
             {"sec-fetch-site": "cross-site"},  # an <img> or <script> of another site's page
         ):
             for path in ("/", "/api/runs", f"/api/runs/0/files/{TRAJECTORIES}/records/0"):
-                refused = httpx.get(url + path, headers=headers)
+                refused = httpx.get(url + path, headers={**headers, **AUTHORIZED})
                 assert refused.status_code == 403 and refused.json()["error"]["type"].startswith("forbidden"), path
-        page = httpx.get(url + "/", headers={"sec-fetch-site": "none"})
+        page = httpx.get(url + "/", headers={"sec-fetch-site": "none"})  # the page's files hold no data: public
         policy = page.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
         assert page.headers["x-content-type-options"] == "nosniff"
         assert re.findall(r"<script[^>]*>", page.text) == ['<script src="/view.js" defer>']
-        assert httpx.get(url + "/api/runs").headers["x-content-type-options"] == "nosniff"
-        assert httpx.post(url + "/api/runs").status_code == 405
+        assert get(url + "/api/runs").headers["x-content-type-options"] == "nosniff"
+        assert httpx.post(url + "/api/runs", headers=AUTHORIZED).status_code == 405
 
 
 def test_ludus_view_says_what_is_wrong_with_a_folder(tmp_path, capsys):
@@ -305,6 +310,9 @@ def test_ludus_view_says_what_is_wrong_with_a_folder(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["view", str(tmp_path / "empty")]) == 2
     assert "holds no trajectories" in capsys.readouterr().err
+    (tmp_path / "token").write_text("\n")
+    assert main(["view", str(tmp_path / "empty"), "--token-file", str(tmp_path / "token")]) == 2
+    assert "is empty" in capsys.readouterr().err
 
 
 # ---- the page in a real Chromium -------------------------------------------------------------------
@@ -319,7 +327,7 @@ def test_the_page_in_a_real_chromium(runs):
     no_answers = sum(record["score"]["status"] == "no_answer" for _, _, record in big)
     with (
         script_module(BENCHMARK, "view_first_page_benchmark") as benchmark,
-        benchmark.ludus_view(runs.big, runs.oracle, runs.hostile, runs.web, runs.repo) as (url, _),
+        benchmark.ludus_view(runs.big, runs.oracle, runs.hostile, runs.web, runs.repo) as (url, token, _),
         sync_playwright() as playwright,
     ):
         browser = playwright.chromium.launch(executable_path=find_chromium(), args=launch_args())
@@ -335,9 +343,12 @@ def test_the_page_in_a_real_chromium(runs):
             # a locator, not wait_for_function: that one polls with eval, which the page's policy refuses
             page.locator("#range", has_text=text).wait_for()
 
-        # the first page of 10,000, sorted, filtered, then one trajectory in full
-        page.goto(url)
+        # the address ludus view printed: the page keeps the token for the tab and takes it out of the address bar
+        page.goto(f"{url}/#token={token}")
         range_says("rows 1–50 of 10,000")
+        assert page.url == f"{url}/"
+
+        # the first page of 10,000, sorted, filtered, then one trajectory in full
         assert shown("#rows tbody td:nth-child(2)") == [record["task"]["id"] for _, _, record in big[:50]]
         page.click("th[data-sort=status]")
         page.wait_for_selector("th.sorted-asc[data-sort=status]")
@@ -385,10 +396,7 @@ def test_the_page_in_a_real_chromium(runs):
         # the web environment's screenshots, the repository's diff
         page.goto(f"{url}/#/trajectory?run=3&file={TRAJECTORIES}&offset=0")
         page.wait_for_selector("img.shot")
-        widths = page.locator("img.shot").evaluate_all(
-            "shots => Promise.all(shots.map((i) => i.decode().then(() => i.naturalWidth)))"
-        )
-        assert all(width > 0 for width in widths)
+        assert all(width > 0 for width in benchmark.images_drawn(page))  # fetched with the token: no token in a URL
         assert page.locator("img.shot").count() == len(list(runs.shots.iterdir()))
         page.goto(f"{url}/#/trajectory?run=4&file={TRAJECTORIES}&offset=0")
         page.wait_for_selector(".diff .add")

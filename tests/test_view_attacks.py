@@ -1,16 +1,19 @@
 """``ludus view`` attacked (issue 33's red team): a run folder is model-written text and may be
 copied from anyone, so every file of it is hostile — lines that broke the index thread or a
 reply, strings of megabytes, metrics and verdicts that are no numbers, FIFOs and directories
-where files were, YAML that expands without bound — and the page is driven in a real Chromium by
-pages of other origins and by markup in every field a run holds."""
+where files were, YAML that expands without bound — other accounts of this machine, which reach
+127.0.0.1 without the token, read nothing, and the page is driven in a real Chromium by pages of
+other origins and by markup in every field a run holds."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import http.server
 import json
 import os
+import secrets
 import threading
 import time
 import urllib.parse
@@ -34,6 +37,8 @@ pytestmark = [
 TRAJECTORIES = "trajectories.jsonl"
 ROWS = f"/api/runs/0/files/{TRAJECTORIES}/rows"
 RECORDS = f"/api/runs/0/files/{TRAJECTORIES}/records"
+TOKEN = secrets.token_urlsafe(32)
+get = functools.partial(httpx.get, headers={"Authorization": f"Bearer {TOKEN}"})  # the API, as the token's holder
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +59,7 @@ def run_folder(folder: Path, lines: list[str], files: dict[str, str] | None = No
 
 @contextlib.contextmanager
 def viewing(*folders: Path) -> Iterator[str]:
-    with serving(view_app(open_runs(folders)), path="") as url:
+    with serving(view_app(open_runs(folders), TOKEN), path="") as url:
         yield url
 
 
@@ -70,7 +75,7 @@ def strict_json(reply: httpx.Response) -> Any:
 
 def every_row(url: str) -> dict[str, Any]:
     """The first page once the whole file is indexed (the index is read in the background)."""
-    while not (page := strict_json(httpx.get(url + ROWS, params={"limit": 500})))["complete"]:
+    while not (page := strict_json(get(url + ROWS, params={"limit": 500})))["complete"]:
         time.sleep(0.02)
     return page
 
@@ -120,21 +125,43 @@ def test_hostile_lines_neither_stop_the_index_nor_break_the_table_or_a_record(re
         assert len(by_id["100k-components"]["components"]) == MAX_CHOICES == len(page["components"])
         assert len(json.dumps(page)) < 2_000_000
         for row in rows[:-2] + rows[-1:]:  # every readable line opens, NaN and all
-            opened = strict_json(httpx.get(f"{url}{RECORDS}/{row['offset']}"))
+            opened = strict_json(get(f"{url}{RECORDS}/{row['offset']}"))
             assert opened["row"]["offset"] == row["offset"]
-        opened = strict_json(httpx.get(f"{url}{RECORDS}/{by_id['token-ids-a-number']['offset']}"))
+        opened = strict_json(get(f"{url}{RECORDS}/{by_id['token-ids-a-number']['offset']}"))
         assert opened["turns"][0]["completion_tokens"] == 0
-        opened = strict_json(httpx.get(f"{url}{RECORDS}/{by_id['not-a-number-info']['offset']}"))
+        opened = strict_json(get(f"{url}{RECORDS}/{by_id['not-a-number-info']['offset']}"))
         assert opened["trajectory"]["info"]["loss"] is None
-        opened = strict_json(httpx.get(f"{url}{RECORDS}/{by_id['overflowing-float']['offset']}"))
+        opened = strict_json(get(f"{url}{RECORDS}/{by_id['overflowing-float']['offset']}"))
         assert opened["trajectory"]["info"]["big"] is None
-        deep = httpx.get(f"{url}{RECORDS}/{rows[-2]['offset']}")
+        deep = get(f"{url}{RECORDS}/{rows[-2]['offset']}")
         assert deep.status_code == 422 and "deep" in deep.json()["detail"]
         # a sorted or filtered page over the cut fields answers too
         for sort in ("task_id", "status", "env", "reward", "tokens", "c:c7"):
-            assert strict_json(httpx.get(url + ROWS, params={"sort": sort}))["total"] == len(lines)
+            assert strict_json(get(url + ROWS, params={"sort": sort}))["total"] == len(lines)
         cut_status = by_id["status-10MB"]["status"]
-        assert strict_json(httpx.get(url + ROWS, params={"status": cut_status}))["total"] == 1
+        assert strict_json(get(url + ROWS, params={"status": cut_status}))["total"] == 1
+
+
+def test_the_api_answers_only_the_token_holder_and_only_through_the_header(record, tmp_path):
+    """Other accounts of this machine reach 127.0.0.1 too: without the token they read nothing, and
+    a token in a URL (which ends up in logs and history) is not taken; the page's own files, which
+    hold no data, stay public."""
+    run = run_folder(tmp_path / "run", [json.dumps(record)])
+    with viewing(run) as url:
+        assert get(url + "/api/runs").status_code == 200
+        assert httpx.get(url + "/api/runs", headers={"authorization": f"bearer {TOKEN}"}).status_code == 200
+        wrong = [{}, {"Authorization": f"Bearer {secrets.token_urlsafe(32)}"}, {"Authorization": "Bearer"},
+                 {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": f"Bearer {TOKEN}x"}]  # fmt: skip
+        for path in ("/api/runs", ROWS, f"{RECORDS}/0", f"{RECORDS}/0/screenshots/0", "/api/metrics", "/api/compare",
+                     "/api/no-such-route"):  # fmt: skip
+            for headers in wrong:
+                refused = httpx.get(url + path, headers=headers)
+                assert refused.status_code == 401 and "Bearer TOKEN" in refused.json()["detail"], (path, headers)
+            assert httpx.get(url + path, params={"token": TOKEN}).status_code == 401, path
+        for path in ("/", "/view.js", "/view.css", "/health"):
+            assert httpx.get(url + path).status_code == 200, path
+    with pytest.raises(ValueError, match="16"):
+        view_app(open_runs([run]), "guessable")
 
 
 def test_many_distinct_statuses_and_envs_are_offered_as_a_bounded_choice(record, tmp_path):
@@ -187,9 +214,9 @@ def test_hostile_verdicts_and_metrics_are_skipped_and_the_rest_is_shown(record, 
     with viewing(folder) as url:
         [row] = every_row(url)["rows"]
         assert row["rescore"]["new_status"] == "wrong"
-        opened = strict_json(httpx.get(f"{url}{RECORDS}/0"))
+        opened = strict_json(get(f"{url}{RECORDS}/0"))
         assert opened["rescore"]["new"]["status"] == "wrong"
-        curves = strict_json(httpx.get(url + "/api/metrics", params={"keys": "loss,reward/mean,k99999"}))
+        curves = strict_json(get(url + "/api/metrics", params={"keys": "loss,reward/mean,k99999"}))
         [series] = [run["series"] for run in curves["runs"]]
         assert series == {"loss": [[4, 1e308]], "reward/mean": [[1, 0.5]], "k99999": [[4, 99999]]}
         assert len(curves["keys"]) == 100_002
@@ -231,20 +258,20 @@ def test_fifos_and_folders_where_files_were_never_hang_or_break_the_server(recor
     settings = [folder / name for name in ("config.yaml", "eval.json", "summary.json", "rescore.json")]
     with fifo_watch(*settings) as opened:
         runs = open_runs([folder])  # reads what the run recorded about itself
-        with serving(view_app(runs), path="") as url:
-            assert strict_json(httpx.get(url + "/api/runs"))[0]["settings"] == {}
+        with serving(view_app(runs, TOKEN), path="") as url:
+            assert strict_json(get(url + "/api/runs"))[0]["settings"] == {}
             assert every_row(url)["total"] == 3
             path = folder / TRAJECTORIES
             path.unlink()
             path.mkdir()  # the trajectory file replaced by a folder while viewed
             assert every_row(url)["total"] == 0
-            assert httpx.get(f"{url}{RECORDS}/0").status_code == 404
+            assert get(f"{url}{RECORDS}/0").status_code == 404
             path.rmdir()
             with fifo_watch(path, folder / "metrics.jsonl", folder / "rescore.jsonl") as also_opened:
                 assert every_row(url)["total"] == 0
-                assert httpx.get(f"{url}{RECORDS}/0").status_code == 404
-                assert strict_json(httpx.get(url + "/api/metrics"))["runs"] == []
-                assert strict_json(httpx.get(url + "/api/runs"))[0]["files"][0]["rows"] == 0
+                assert get(f"{url}{RECORDS}/0").status_code == 404
+                assert strict_json(get(url + "/api/metrics"))["runs"] == []
+                assert strict_json(get(url + "/api/runs"))[0]["files"][0]["rows"] == 0
     assert opened == [] and also_opened == []
 
 
@@ -253,15 +280,15 @@ def test_recorded_settings_that_expand_without_bound_are_left_out(record, tmp_pa
     bomb = "l0: &l0 [x, x, x, x, x, x, x, x, x]\n" + levels  # 9**10 strings once written out
     folder = run_folder(tmp_path / "bomb", [json.dumps(record)], {"config.yaml": bomb})
     with viewing(folder) as url:
-        assert "config.yaml" not in strict_json(httpx.get(url + "/api/runs"))[0]["settings"]
+        assert "config.yaml" not in strict_json(get(url + "/api/runs"))[0]["settings"]
     (folder / "config.yaml").write_text("me: &me [*me]\n")  # a list that holds itself
     (folder / "eval.json").write_text('{"env_args": {"x": NaN}, "samples": 1}')
     with viewing(folder) as url:
-        settings = strict_json(httpx.get(url + "/api/runs"))[0]["settings"]
+        settings = strict_json(get(url + "/api/runs"))[0]["settings"]
         assert "config.yaml" not in settings and settings["eval.json"] == {"env_args": {"x": None}, "samples": 1}
     (folder / "config.yaml").write_text("shared: &s {lr: 0.1}\nagain: *s\n")  # a small alias is fine
     with viewing(folder) as url:
-        assert strict_json(httpx.get(url + "/api/runs"))[0]["settings"]["config.yaml"]["again"] == {"lr": 0.1}
+        assert strict_json(get(url + "/api/runs"))[0]["settings"]["config.yaml"]["again"] == {"lr": 0.1}
 
 
 # ---- a real Chromium: pages of other origins, and markup in every field -------------------------------
@@ -419,7 +446,7 @@ def test_other_origins_read_nothing_and_markup_in_every_field_runs_nothing_in_ch
             f"<style>body {{ background: url(http://127.0.0.1:{port}/css) }}</style>"
         )
         first, second = hostile_runs(tmp_path, record, markup)
-        app = recording(view_app(open_runs([first, second])), seen)
+        app = recording(view_app(open_runs([first, second]), TOKEN), seen)
         with serving(app, path="") as viewer, page_of_another_origin(ATTACK_PAGE) as other:
             viewer_port = viewer.rsplit(":", 1)[1]
             by_name = f"http://localhost:{viewer_port}"
@@ -476,7 +503,7 @@ def views_of_hostile_runs(browser: Any, viewer: str, markup: str) -> dict[str, t
     page.add_init_script(VIOLATIONS)
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(str(error)))
-    odd_offset = httpx.get(f"{viewer}{ROWS}").json()["rows"][1]["offset"]
+    odd_offset = get(f"{viewer}{ROWS}").json()["rows"][1]["offset"]
     routes = {
         "table": ("#/table?run=0", "#rows tbody tr"),
         "trajectory": (f"#/trajectory?run=0&file={TRAJECTORIES}&offset=0", ".card.rescore"),
@@ -484,6 +511,7 @@ def views_of_hostile_runs(browser: Any, viewer: str, markup: str) -> dict[str, t
         "curves": (f"#/curves?keys={urllib.parse.quote(markup)}", ".chart svg polyline"),
         "compare": ("#/compare?a=0&b=1&task=t&ao=0&bo=0", "#side-b .message.assistant"),
     }
+    page.goto(f"{viewer}/#token={TOKEN}")  # the address ludus view prints: the page keeps the token for the tab
     shown = {}
     for name, (route, ready) in routes.items():
         page.goto(f"{viewer}/{route}")

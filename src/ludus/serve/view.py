@@ -18,14 +18,16 @@ line puts in the index is bounded, and a FIFO or folder where a file should be i
 client names nothing on disk: runs by their index, files by a name of
 :data:`~ludus.rollout.records.TRAJECTORY_FILES`, records by an offset that must be a line start
 of the file's index, screenshots by their number in a trajectory, served only from inside its run
-folder or the screenshot folder its run recorded. Not guarded: other accounts of this machine,
-which can connect to 127.0.0.1 too (docs/view.md).
+folder or the screenshot folder its run recorded. Other accounts of this machine can connect to
+127.0.0.1 too: the API answers only requests that carry the viewer's token (:class:`TokenGuard`);
+the page's own files, which hold no data, are public (docs/view.md).
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import hmac
 import itertools
 import json
 import math
@@ -62,10 +64,15 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"ludus view needs FastAPI and uvicorn: pip install 'ludus[serve]' ({exc})") from exc
 
 from ludus.serve.browser import BrowserGuard, BrowserRules
+from ludus.serve.env_server import checked_token
 
 PAGE = Path(__file__).parent / "view_page"
 METRICS = "metrics.jsonl"
 PAGE_ROWS, MAX_PAGE_ROWS = 50, 500
+UNAUTHORIZED = (
+    "the API needs the token ludus view printed: open the address it printed (…/#token=TOKEN), "
+    "or send 'Authorization: Bearer TOKEN'"
+)
 PUBLISH_EVERY = 500  # rows read before the indexing thread shows them to requests
 SCREENSHOT_LINE = re.compile(r"^Screenshot: (.+\.png)$", re.MULTILINE)
 # what one line may put in the index and a reply: a task id, env or status of megabytes is cut, and
@@ -79,7 +86,7 @@ SETTINGS_VALUES = 100_000  # values of a recorded setting once YAML's aliases ar
 SECURITY_HEADERS = [
     (
         b"content-security-policy",
-        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
         b"base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     ),
     (b"x-content-type-options", b"nosniff"),
@@ -745,9 +752,40 @@ class SecurityHeaders:
         return await self.app(scope, receive, send_with_headers)
 
 
-def view_app(runs: list[Run]) -> FastAPI:
+class TokenGuard:
+    """ASGI middleware: a request under ``/api/`` must carry ``Authorization: Bearer TOKEN`` (the
+    scheme's case aside), else 401. Only the header counts, never a query parameter: a token in a
+    URL ends up in logs and history. The page learns the token from its address's fragment, which
+    browsers never send."""
+
+    def __init__(self, app: Any, token: bytes) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/") or self._authorized(scope):
+            return await self.app(scope, receive, send)
+        body = orjson.dumps({"detail": UNAUTHORIZED})
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b"Bearer"),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _authorized(self, scope: dict[str, Any]) -> bool:
+        sent = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+        scheme, _, credentials = sent.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(b" "), self.token)
+
+
+def view_app(runs: list[Run], token: str) -> FastAPI:
     """The page and its JSON API over ``runs``: GET only, so that a page of this server's origin
-    sends no ``Origin`` and :class:`BrowserGuard` refuses every other site's."""
+    sends no ``Origin`` and :class:`BrowserGuard` refuses every other site's; the API only with
+    ``token`` (:class:`TokenGuard`)."""
+    required = checked_token(token)
+    if required is None:
+        raise ValueError("ludus view needs a token: the API shows every run to whoever holds it")
     app = FastAPI(title="ludus view", docs_url=None, redoc_url=None, openapi_url=None)
 
     def run_at(index: int) -> Run:
@@ -903,6 +941,7 @@ def view_app(runs: list[Run]) -> FastAPI:
             ],
         }
 
+    app.add_middleware(TokenGuard, token=required)
     app.add_middleware(BrowserGuard, rules=BrowserRules())
     app.add_middleware(SecurityHeaders)
     return app

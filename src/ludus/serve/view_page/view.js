@@ -44,16 +44,44 @@ function svg(tag, attrs, text) {
   return node;
 }
 
+// The API's token comes in the address's fragment (#token=…), which browsers never send: it is kept
+// for this tab in sessionStorage, taken out of the address bar (and so out of history and bookmarks),
+// and sent in a header, never in a URL.
+const TOKEN_KEY = "ludus-view-token";
+
+function takeToken() {
+  const given = /^#token=([^&?#]+)$/.exec(location.hash);
+  if (given) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+}
+
+function authorized() {
+  return { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ""}` };
+}
+
 async function api(path, params) {
   const query = new URLSearchParams();
   for (const [key, value] of Object.entries(params || {})) {
     if (value !== undefined && value !== null && value !== "" && value !== false) query.set(key, String(value));
   }
   const url = query.toString() ? `${path}?${query}` : path;
-  const reply = await fetch(url, { credentials: "same-origin" });
+  const reply = await fetch(url, { credentials: "same-origin", headers: authorized() });
   const body = await reply.json().catch(() => ({}));
   if (!reply.ok) throw new Error(typeof body.detail === "string" ? body.detail : `${reply.status} ${url}`);
   return body;
+}
+
+// an <img src> cannot send a header: the screenshot is fetched with it and shown from an object URL
+function screenshot(url, alt) {
+  const image = el("img", { class: "shot", alt });
+  image.addEventListener("load", () => URL.revokeObjectURL(image.src), { once: true });
+  fetch(url, { credentials: "same-origin", headers: authorized() })
+    .then((reply) => (reply.ok ? reply.blob() : Promise.reject(new Error(`${reply.status} ${url}`))))
+    .then((blob) => { image.src = URL.createObjectURL(blob); })
+    .catch(() => image.replaceWith(el("p", { class: "note" }, `screenshot ${alt}: could not be read`)));
+  return image;
 }
 
 function hashState() {
@@ -280,7 +308,7 @@ function trajectoryCard(record) {
     }
     for (const [number_, shot] of shots[k] || []) {
       const url = `/api/runs/${record.run}/files/${encodeURIComponent(record.file)}/records/${record.row.offset}/screenshots/${number_}`;
-      block.append(shot.served ? el("img", { class: "shot", src: url, alt: shot.path })
+      block.append(shot.served ? screenshot(url, shot.path)
         : el("p", { class: "note" }, `screenshot ${shot.path}: not served (not a PNG inside the run folder or its screenshot folder)`));
     }
     messages.append(block);
@@ -444,6 +472,7 @@ async function render() {
 
 async function start() {
   try {
+    takeToken();
     runs = await api("/api/runs");
   } catch (error) {
     return failure(error);
