@@ -119,10 +119,12 @@ def test_every_family_takes_its_own_tasks_and_nothing_that_reaches_the_disk():
     with pytest.raises(ValueError, match="cannot be checked: KeyError"):  # no relation: the checker cannot read it
         instruct.client_task({**own, "answer": {**own["answer"], "constraints": [{"kind": "length_words"}]}})
     # their tasks name files, or carry the grader's own code, or cost the server without bound
-    for name in ("sql", "web", "code", "code-tools", "repo", "bfcl", "bfcl-multi-turn", "miniwob"):
+    for name in ("sql", "web", "code", "code-tools", "repo", "bfcl", "bfcl-multi-turn"):
         declining = object.__new__(env_class(name))  # what it declares, without its data or browser
         with pytest.raises(ValueError, match="takes no tasks from clients"):
             declining.client_task({"id": "t", "prompt": "p"})
+    with pytest.raises(ValueError, match="needs task.info 'miniwob'"):  # a task's name and seed, nothing else
+        object.__new__(env_class("miniwob")).client_task({"id": "t", "prompt": "p"})
 
 
 # ---- the sql family's database cache ---------------------------------------------------------------------

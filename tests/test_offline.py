@@ -231,12 +231,13 @@ def test_logged_batches_cycle_through_the_log_in_a_seeded_order():
 
 
 def test_offline_training_learns_the_logged_successes_and_resumes_exactly(small_config, weak_base, tmp_path):
-    base, log = weak_base, _eval_log(weak_base, tmp_path)
+    base, log = weak_base, _eval_log(weak_base, tmp_path, samples=8)
     logged = [Trajectory.from_json(x) for x in (log / "trajectories.jsonl").read_text().splitlines()]
     successes = [t for t in logged if t.reward >= 1.0]
     assert successes, "the base model solves some one-digit sums when sampling"
+    # a gentle rate: a few Adam steps at a high one can raise a handful of successes' loss (seen at 2e-3)
     settings = dict(
-        model=str(base), offline=[str(log)], offline_objective="filtered_bc", prompts_per_step=4, steps=6, lr=2e-3
+        model=str(base), offline=[str(log)], offline_objective="filtered_bc", prompts_per_step=4, steps=6, lr=5e-4
     )
 
     def success_nll(policy: TinyPolicy) -> float:
@@ -321,13 +322,21 @@ def test_lines_without_a_reward_are_graded_by_the_runs_environment(small_config,
                 }
             )
     rows.append({**rows[0], "env": "countdown"})
-    log = _write(tmp_path / "log.jsonl", rows)
+    # a task the environment takes from no client, and one posing under an own task's id with another answer
+    forged = {**rows[0], "task": {**rows[0]["task"], "id": "forged", "info": {"db": "/etc/passwd"}}}
+    posing = {**rows[1], "task": {**rows[1]["task"], "answer": int(tasks.get(0).answer) + 1, "info": {"db": "x"}}}
+    log = _write(tmp_path / "log.jsonl", [*rows, forged, posing])
     run = Trainer.create(small_config(name="graded", offline=[str(log)], steps=1), log=lambda _: None).run()
     report = json.loads((run.run_dir / "logged.json").read_text())
-    assert report["graded"] == 6 and report["skipped"] == {"other environment": 1}
+    assert report["graded"] == 7 and report["skipped"] == {"other environment": 1, "untrusted task": 1}
+    assert "trust_logged_tasks: true" in " ".join(report["errors"])
     graded = [Trajectory.from_json(x) for x in (run.run_dir / LOGGED).read_text().splitlines()]
-    assert [t.score.status for t in graded] == ["correct", "wrong"] * 3
-    assert [t.reward for t in graded] == [1.0, 0.0] * 3 and all(t.env == "arithmetic" for t in graded)
+    assert [t.score.status for t in graded] == ["correct", "wrong"] * 3 + ["wrong"]  # graded on the own task
+    assert [t.reward for t in graded] == [1.0, 0.0] * 3 + [0.0] and all(t.env == "arithmetic" for t in graded)
+    trusted = small_config(name="trusted", offline=[str(log)], steps=1, trust_logged_tasks=True)
+    run = Trainer.create(trusted, log=lambda _: None).run()
+    report = json.loads((run.run_dir / "logged.json").read_text())
+    assert report["graded"] == 8 and report["skipped"] == {"other environment": 1}
 
 
 def test_a_run_can_keep_every_trajectory_and_replay_its_own_earlier_groups(small_config):

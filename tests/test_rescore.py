@@ -39,6 +39,7 @@ class GraderDown(SingleTurnEnv):
     """An arithmetic grader whose service is down."""
 
     name = "grader-down"
+    client_task_info = {"family": str}  # arithmetic's tasks: a run's are graded as logged
 
     def score(self, task, completion):
         raise ConnectionError("the grading service refused the connection")

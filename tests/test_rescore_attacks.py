@@ -20,7 +20,7 @@ from ludus.core import Message, SingleTurnEnv, Task, Trajectory, register
 from ludus.core.registry import make
 from ludus.rollout import records
 from ludus.rollout.records import DEEPEST
-from ludus.rollout.rescore import regrade, rescore_run
+from ludus.rollout.rescore import UntrustedTask, regrade, rescore_run
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
@@ -167,6 +167,7 @@ class Hangs(SingleTurnEnv):
     """An arithmetic grader that hangs until the test lets it go."""
 
     name = "rescore-hangs"
+    client_task_info = {}  # its tasks hold nothing of the machine's: a run's are graded as logged
     entered, release = threading.Event(), threading.Event()
 
     def score(self, task, completion):
@@ -220,23 +221,55 @@ def test_empty_and_constant_replies_earn_nothing_on_a_re_grade():
         env.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a trajectory is graded on the task it records: a forged sql task names any SQLite file on this "
-    "machine as its database, and the verdict says whether a guess matches its rows (docs/rescore.md, "
-    "'A run folder from elsewhere'); the fix, tasks taken as Env.client_task takes a client's, is a design change",
-)
-def test_a_forged_task_cannot_make_the_grader_read_a_file_outside_the_run(tmp_path):
+def _secrets(tmp_path: Path) -> Path:
+    """An SQLite file of this machine's user, outside any run folder."""
     secrets = tmp_path / "elsewhere" / "browser-cookies.db"
     secrets.parent.mkdir()
     with sqlite3.connect(secrets) as db:
         db.execute("CREATE TABLE secrets (token TEXT)")
         db.execute("INSERT INTO secrets VALUES ('hunter2')")
+    return secrets
+
+
+GUESS = Message("assistant", "```sql\nSELECT 'hunter2'\n```")
+
+
+def test_a_forged_task_cannot_make_the_grader_read_a_file_outside_the_run(tmp_path):
+    secrets = _secrets(tmp_path)
     env = make("sql")
     try:
-        task = Task("forged", "the token?", answer="SELECT token FROM secrets", info={"db": str(secrets)})
-        opening = env.reset(task).messages
-        guess = Trajectory(task, [*opening, Message("assistant", "```sql\nSELECT 'hunter2'\n```")])
-        assert not regrade(env, guess).score.correct
+        forged = Task("forged", "the token?", answer="SELECT token FROM secrets", info={"db": str(secrets)})
+        with pytest.raises(UntrustedTask, match="none of sql's own tasks"):
+            regrade(env, Trajectory(forged, [Message("user", "the token?"), GUESS]))
+        # under the id of one of the environment's own tasks, that task is graded, not the forged one
+        own = env.task_source("train").get(2)
+        posing = Task(own.id, "the token?", answer="SELECT token FROM secrets", info={**own.info, "db": str(secrets)})
+        opening = env.reset(own).messages
+        assert not regrade(env, Trajectory(posing, [*opening, GUESS])).score.correct
+        gold = Message("assistant", f"```sql\n{own.answer}\n```")
+        assert regrade(env, Trajectory(posing, [*opening, gold])).score.correct
+        assert regrade(env, Trajectory(forged, [Message("user", "the token?"), GUESS]), trust_task=True).score.correct
     finally:
         env.close()
+
+
+def test_a_run_folders_forged_tasks_are_skipped_unless_trusted(tmp_path):
+    secrets = _secrets(tmp_path)
+    env = make("sql")
+    try:
+        own = env.task_source("train").get(2)
+        gold = Message("assistant", f"```sql\n{own.answer}\n```")
+        honest = Trajectory(own, [*env.reset(own).messages, gold], env="sql")
+    finally:
+        env.close()
+    forged = Task("forged", "the token?", answer="SELECT token FROM secrets", info={"db": str(secrets)})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval.json").write_text(json.dumps({"env": "sql", "env_args": {}}))
+    rows = [honest.to_dict(), Trajectory(forged, [Message("user", "the token?"), GUESS], env="sql").to_dict()]
+    (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary, lines = rescored(run)
+    assert summary["skipped"] == {"untrusted task": 1} and summary["total"] == 1
+    assert [line["task_id"] for line in lines] == [own.id] and lines[0]["new"]["status"] == "correct"
+    summary, lines = rescored(run, "--trust-tasks")  # the user's own folder and tasks file: graded as recorded
+    assert summary["skipped"] == {} and [line["new"]["status"] for line in lines] == ["correct", "correct"]

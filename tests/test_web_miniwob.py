@@ -97,6 +97,21 @@ def test_the_task_supply():
     assert MiniWoBEnv.task_for("click-test", 7).info == {"miniwob": "click-test", "seed": 7}
 
 
+def test_a_client_chooses_a_supported_task_and_a_seed_and_nothing_else():
+    env = MiniWoBEnv(names=["click-test"])
+    sent = {"id": "mine", "prompt": "ignore the page", "info": {"miniwob": "enter-text", "seed": 3}}
+    assert env.client_task(sent) == MiniWoBEnv.task_for("enter-text", 3)  # the canonical task, its own prompt
+    for info, refused in [
+        ({"miniwob": "../../../etc/passwd", "seed": 0}, "not a MiniWoB"),
+        ({"miniwob": "drag-box", "seed": 0}, "does not support"),
+        ({"miniwob": "click-test"}, "needs task.info"),
+        ({"miniwob": "click-test", "seed": "0"}, "wrong type"),
+        ({"miniwob": "click-test", "seed": 0, "url": "http://127.0.0.1:1/"}, "does not accept"),
+    ]:
+        with pytest.raises(ValueError, match=refused):
+            env.client_task({**sent, "info": info})
+
+
 def test_unknown_and_unsupported_names_are_clear_errors(monkeypatch):
     with pytest.raises(ValueError, match="not a MiniWoB"):
         MiniWoBEnv.task_for("click-the-moon")

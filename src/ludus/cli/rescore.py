@@ -31,6 +31,12 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         help=f"{ENV_ARGS_HELP}; replaces the arguments the run recorded (default: those, from eval.json or config.yaml)",
     )
     p.add_argument("--workers", type=int, default=4, help="trajectories replayed at once, in threads (default 4)")
+    p.add_argument(
+        "--trust-tasks",
+        action="store_true",
+        help="grade each trajectory on the task it records even when it is none of the environment's own (a tasks "
+        "file of yours): only for a run folder you made, as a forged task can name any file on this machine",
+    )
     p.set_defaults(run=run)
 
 
@@ -52,7 +58,14 @@ def run(args: argparse.Namespace) -> int:
             changed += record.changed
             progress.update(bar, advance=1, description=f"changed {changed}")
 
-        report = rescore_run(args.run_dir, env=args.env, env_args=env_args, workers=args.workers, on_result=advance)
+        report = rescore_run(
+            args.run_dir,
+            env=args.env,
+            env_args=env_args,
+            workers=args.workers,
+            trust_tasks=args.trust_tasks,
+            on_result=advance,
+        )
     summary = report.summary
     shown = Console()  # the report on stdout; notes on stderr
     shown.print(

@@ -21,7 +21,11 @@ its file, byte offset and line number: see :mod:`ludus.rollout.records`) and ``<
 A run folder may come from anyone: its lines are read as :mod:`ludus.rollout.records` reads a file
 from elsewhere (a bad line is skipped with its reason, never a crash), the arguments it records are
 not taken when they name code to run (:data:`CODE_ARGS`), and nothing is written through a link
-planted at the name of a file being written.
+planted at the name of a file being written. Nor is a trajectory's own ``task`` taken as it is: a
+forged one could name any database file or folder on this machine. The environment's own task of
+that id is graded instead (:func:`task_to_grade`), or the logged one if the environment would take
+it from any client of its server (``Env.client_task``); any other is refused (:class:`UntrustedTask`)
+unless the caller trusts the folder (``trust_tasks``, ``--trust-tasks``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import os
 import queue
 import secrets
 import threading
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -69,6 +74,8 @@ MAX_WORKERS = 256  # threads, each with environments of its own
 # environment arguments that name code to run or a command (a rubric's functions, an agent): never
 # taken from a run folder's record, which may come from anyone, only from --env-args
 CODE_ARGS = ("rubric", "agent", "command")
+UNTRUSTED = "untrusted task"  # a skipped line's reason: its task is none of the environment's own
+SCANNED_SOURCE = 100_000  # a finite task source at most this long is searched by id (a tasks file of the user's)
 
 
 @dataclass(frozen=True)
@@ -82,25 +89,85 @@ class Regraded:
     reward: float = 0.0
 
 
-def regrade(env: Env, trajectory: Trajectory, *, runner: asyncio.Runner | None = None) -> Regraded:
-    """Replay ``trajectory``'s assistant messages through ``env`` and grade them (module docstring).
+class UntrustedTask(ValueError):
+    """A logged task that is none of the environment's own and that it takes from no client."""
+
+
+def regrade(
+    env: Env, trajectory: Trajectory, *, runner: asyncio.Runner | None = None, trust_task: bool = False
+) -> Regraded:
+    """Replay ``trajectory``'s assistant messages through ``env`` and grade them (module docstring),
+    on :func:`task_to_grade`'s task (raises :class:`UntrustedTask` before the replay).
 
     Needs only the trajectory's ``task`` and ``messages`` (token ``turns`` are not read), so an
     imported conversation is graded the same way. An environment with async hooks runs on
     ``runner``'s event loop (keep one per thread: an env server's client keeps a connection per
     loop), by default on one of this call's own."""
+    task = task_to_grade(env, trajectory.task, trust=trust_task)
     if not has_async_hooks(env):
-        return _replay(trajectory, env.reset, env.step)
+        return _replay(trajectory, task, env.reset, env.step)
     if runner is None:
         with asyncio.Runner() as own:
-            return regrade(env, trajectory, runner=own)
+            return regrade(env, trajectory, runner=own, trust_task=trust_task)
     return _replay(
-        trajectory, lambda task, seed: runner.run(env.areset(task, seed)), lambda action: runner.run(env.astep(action))
+        trajectory,
+        task,
+        lambda task, seed: runner.run(env.areset(task, seed)),
+        lambda action: runner.run(env.astep(action)),
     )
+
+
+def task_to_grade(env: Env, task: Task, *, trust: bool = False) -> Task:
+    """The task a logged ``task`` is graded on: ``task`` itself when ``trust``-ed or when ``env``
+    takes it from any client (``Env.client_task``: nothing in it names what only the server has);
+    else ``env``'s own task of the same id (the one today's environment makes, found by the index
+    an id ends with, or by id in a finite source of up to :data:`SCANNED_SOURCE` tasks). Raises
+    :class:`UntrustedTask` for any other: a forged task could name any file on this machine."""
+    if trust:
+        return task
+    try:
+        return env.client_task(task.to_dict())
+    except ValueError as refused:
+        own = _own_task(env, task.id)
+        if own is not None:
+            return own
+        name = env.name or type(env).__name__
+        raise UntrustedTask(
+            f"task {task.id[:200]!r} is none of {name}'s own tasks, and {name} takes none from elsewhere ({refused})"
+        ) from None
+
+
+_indexes: weakref.WeakKeyDictionary[Env, dict[str, dict[str, int]]] = weakref.WeakKeyDictionary()
+_indexes_lock = threading.Lock()
+
+
+def _own_task(env: Env, task_id: str) -> Task | None:
+    """``env``'s task whose id is ``task_id``, if it has one (:func:`task_to_grade`)."""
+    parts = task_id.split("/")
+    index = int(parts[-1]) if parts[-1].isdigit() and len(parts[-1]) < 10 else None
+    for split in [s for s in ("train", "eval") if s in parts[:-1]] or ["train", "eval"]:
+        try:
+            source = env.task_source(split)  # type: ignore[arg-type]
+        except NotImplementedError:  # an environment without tasks of its own
+            return None
+        finite = source.size is not None
+        if index is not None and (not finite or index < source.size):  # type: ignore[operator]
+            task = source.get(index)
+            if task.id == task_id:
+                return task
+        if finite and source.size <= SCANNED_SOURCE:  # type: ignore[operator]
+            with _indexes_lock:
+                by_id = _indexes.setdefault(env, {})
+                if split not in by_id:
+                    by_id[split] = {source.get(i).id: i for i in range(source.size)}  # type: ignore[arg-type]
+            if task_id in by_id[split]:
+                return source.get(by_id[split][task_id])
+    return None
 
 
 def _replay(
     trajectory: Trajectory,
+    task: Task,
     reset: Callable[[Task, int | None], Observation],
     step: Callable[[Message], StepResult],
 ) -> Regraded:
@@ -108,7 +175,7 @@ def _replay(
     diverged: str | None = None
     calling = "reset"
     try:
-        first = reset(trajectory.task, trajectory.seed).messages
+        first = reset(task, trajectory.seed).messages
         calling = "step"
         cursor = _next_reply(logged, 0, first)  # the log's next policy turn
         diverged = _difference(first, logged[:cursor], 0, "the first observation")
@@ -291,6 +358,7 @@ def rescore_run(
     env: str | None = None,
     env_args: Mapping[str, Any] | None = None,
     workers: int = 4,
+    trust_tasks: bool = False,
     on_result: Callable[[Rescored], None] | None = None,
 ) -> RescoreReport:
     """Re-grade every trajectory of ``run_dir``'s trajectory files and write ``rescore.jsonl`` and
@@ -299,7 +367,8 @@ def rescore_run(
     Each trajectory is graded by its own environment (``Trajectory.env``) made with the arguments
     the run records (:func:`recorded_env_args`), or by ``env`` and ``env_args`` when given (another
     environment, another version of its grader; ``env_args`` alone replaces the recorded arguments
-    of every environment). ``workers`` threads replay at once, each with environments of its own,
+    of every environment), on :func:`task_to_grade`'s task: a line whose task is refused is skipped
+    (:data:`UNTRUSTED`) unless ``trust_tasks``. ``workers`` threads replay at once, each with environments of its own,
     closed at the end. Lines that are not trajectories are counted, never fatal. Raises
     ``FileNotFoundError`` for a folder without trajectory files and ``ValueError`` for an
     environment that cannot be made, for recorded arguments that name code (:data:`CODE_ARGS`) and
@@ -316,7 +385,7 @@ def rescore_run(
     if env is not None:
         makers.get(env)
     tally = _Tally(on_result)
-    pool = _Workers(workers)
+    pool = _Workers(workers, trust_tasks)
     interrupted = False
     try:
         with _whole_file(run_dir / LINES) as out:
@@ -427,8 +496,13 @@ class _Tally:
         self.skipped.append(line)
 
     def add(self, job: Future[Regraded], where: Rescoring) -> str:
-        """Wait for one verdict; its line of ``rescore.jsonl``."""
-        regraded, trajectory = job.result(), where.trajectory
+        """Wait for one verdict; its line of ``rescore.jsonl`` (none for a task refused)."""
+        try:
+            regraded, trajectory = job.result(), where.trajectory
+        except UntrustedTask as refused:
+            advice = "if the run folder is yours, grade it with --trust-tasks"
+            self.skip(SkippedLine(where.file, where.line, UNTRUSTED, f"{refused}; {advice}"))
+            return ""
         old = trajectory.score
         record = Rescored(
             where.file,
@@ -522,7 +596,8 @@ class _Workers:
     made on first need and closed by the thread that made them (an environment may hold objects
     bound to its thread, a SQLite connection)."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, trust_tasks: bool):
+        self.trust_tasks = trust_tasks
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Env], Trajectory, Future[Regraded]] | None] = (
             queue.SimpleQueue()
         )
@@ -564,9 +639,12 @@ class _Workers:
                     if runner is None and has_async_hooks(env):
                         runner = asyncio.Runner()
                     for _ in range(1 + INFRA_RETRIES):
-                        regraded = regrade(env, trajectory, runner=runner)
+                        regraded = regrade(env, trajectory, runner=runner, trust_task=self.trust_tasks)
                         if not regraded.score.is_infra_error:
                             break
+                except UntrustedTask as refused:
+                    future.set_exception(refused)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - the environment could not be made here
                     reason = f"environment could not be made: {type(exc).__name__}: {exc}"[:1000]
                     regraded = Regraded(Score.zero(Status.INFRA_ERROR, reason), None)

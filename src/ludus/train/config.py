@@ -190,6 +190,10 @@ class TrainConfig:
     offline_min_reward: float = 1.0  # filtered_bc: the episodes trained on have at least this reward
     replay: list[str] = field(default_factory=list)
     replay_ratio: float = 0.0  # the share of a step's groups taken from the replay logs, in [0, 1)
+    # a log's line without a reward is graded on the environment's own task of its id, or on its own task when the
+    # environment takes that task from any client; true: on its own task always (logs you made: a forged task can
+    # name any file on this machine)
+    trust_logged_tasks: bool = False
     # evaluation and logging
     eval_every: int = 25
     eval_size: int = 200

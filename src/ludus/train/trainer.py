@@ -57,7 +57,7 @@ from ludus.rollout.evaluate import env_counts, evaluate
 from ludus.rollout.hosts import EnvHost
 from ludus.rollout.placement import EnvArgsError, EnvPlacement
 from ludus.rollout.remote import RemoteEnvError, UnusableEnvServer
-from ludus.rollout.rescore import regrade
+from ludus.rollout.rescore import UntrustedTask, regrade
 from ludus.train import grpo, logs, offline
 from ludus.train.config import ConfigError, TrainConfig
 from ludus.train.curriculum import Pick, TaskPicker, build_picker
@@ -691,7 +691,8 @@ class Trainer:
     @contextmanager
     def _log_grader(self) -> Iterator[Callable[[Trajectory], Score]]:
         """What grades a logged episode that came without a reward: the run's environment, replaying
-        its replies (``ludus.rollout.rescore.regrade``) on the task the line gives."""
+        its replies (``ludus.rollout.rescore.regrade``) on the task the line gives, or on the
+        environment's own task of that id when it takes no such task from elsewhere."""
         c = self.config
         made: list[Env] = []
 
@@ -703,7 +704,12 @@ class Trainer:
             if not made:
                 made.append(self.env_factory())
             trajectory.env = c.env
-            return regrade(made[0], trajectory).score
+            try:
+                return regrade(made[0], trajectory, trust_task=c.trust_logged_tasks).score
+            except UntrustedTask as refused:
+                raise logs.LogError(
+                    f"untrusted task: {refused}; if the logs are yours: trust_logged_tasks: true"
+                ) from None
 
         try:
             yield grade

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ludus.core.env import Split, TaskSource
+from ludus.core.env import JsonTypes, Split, TaskSource
 from ludus.core.types import InfraError, Message, Score, Status, Task, ToolCall
 from ludus.envs.web.browser import Tab
 from ludus.envs.web.env import BrowserEnv
@@ -485,6 +485,7 @@ class MiniWoBEnv(BrowserEnv):
     tag_text = True
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     honeypot_penalty = 0.0  # MiniWoB has no honeypots; the range must still hold the penalty
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = {"miniwob": str, "seed": int}  # client_task
     requires: ClassVar[Mapping[str, str]] = {
         "playwright": "pip install 'ludus[web]'",
         "miniwob": "pip install 'ludus[web]'",
@@ -514,6 +515,14 @@ class MiniWoBEnv(BrowserEnv):
 
     def default_tasks(self, split: Split = "train") -> TaskSource:
         return MiniWoBTasks(self.names, split)
+
+    def client_task(self, data: Any) -> Task:
+        """A supported task's name and a page seed are all a client may choose: the task is
+        :meth:`task_for`'s, its prompt a label (the page states the goal)."""
+        task = super().client_task(data)
+        if set(task.info) != {"miniwob", "seed"}:
+            raise ValueError("a MiniWoB++ task needs task.info 'miniwob' (a task name) and 'seed' (an integer)")
+        return self.task_for(task.info["miniwob"], task.info["seed"])
 
     def app_for(self, task: Task) -> tuple[App, str]:
         return StaticFiles(self.root), f"/miniwob/{_check_name(task.info['miniwob'])}.html"
