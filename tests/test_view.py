@@ -239,6 +239,26 @@ def test_clients_name_runs_files_and_screenshots_by_number_never_by_path(runs, t
             refused = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0/screenshots/{number}")
             assert refused.status_code == 404 and "inside the run folder" in refused.json()["detail"]
 
+    # a record that names a folder of everything as its screenshot folder shows only what a web
+    # environment would have written there: ENV-TASK-N.png, right inside it, and a PNG
+    (tmp_path / "sub").mkdir()
+    real, fake = saved[0].read_bytes(), b"not an image"
+    planted = {"web-t-1.png": real, "holiday.png": real, "sub/web-t-2.png": real, "web-t-3.png": fake}
+    for name, data in planted.items():
+        (tmp_path / name).write_bytes(data)
+    names = iter(str(tmp_path / name) for name in planted)
+    [record] = [json.loads(line) for line in (runs.web / TRAJECTORIES).read_text().splitlines()]
+    for message in record["messages"]:
+        message["content"] = re.sub(
+            r"(?m)^Screenshot: .*$", lambda m: f"Screenshot: {next(names, m[0][12:])}", message["content"]
+        )
+    (copy / TRAJECTORIES).write_text(json.dumps(record) + "\n")
+    recorded = json.loads((copy / "eval.json").read_text())
+    (copy / "eval.json").write_text(json.dumps({**recorded, "env_args": {"screenshots": str(tmp_path)}}))
+    with viewing(copy) as url:
+        record = get(f"{url}/api/runs/0/files/{TRAJECTORIES}/records/0").json()
+        assert [shot["served"] for shot in record["screenshots"]][:4] == [True, False, False, False]
+
 
 def test_a_file_that_grows_is_read_on_and_one_rewritten_is_read_again(runs, tmp_path):
     lines = (runs.oracle / TRAJECTORIES).read_bytes().splitlines(keepends=True)

@@ -75,6 +75,9 @@ UNAUTHORIZED = (
 )
 PUBLISH_EVERY = 500  # rows read before the indexing thread shows them to requests
 SCREENSHOT_LINE = re.compile(r"^Screenshot: (.+\.png)$", re.MULTILINE)
+# what a web environment names its screenshots (envs/web/env.py): ENV-TASK-N.png
+SCREENSHOT_NAME = re.compile(r"[A-Za-z0-9._:-]+-[0-9]+\.png")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # what one line may put in the index and a reply: a task id, env or status of megabytes is cut, and
 # a file of ten thousand distinct ones offers the first of them as choices (they are model- or
 # anyone-written: a run folder may come from elsewhere)
@@ -621,12 +624,24 @@ class Run:
         return None
 
     def screenshot(self, written: str) -> Path | None:
-        """The file a trajectory's ``Screenshot: PATH`` names, if it is a PNG inside one of
-        :meth:`screenshot_folders`; None otherwise."""
+        """The file a trajectory's ``Screenshot: PATH`` names, if it is a PNG inside the run folder,
+        or one named as a web environment names its screenshots right inside a folder the run
+        recorded (a hostile record's ``screenshots: "/"`` must not show any picture of the machine's);
+        None otherwise."""
         path = self._located(written)
         if path is None or path.suffix.lower() != ".png" or not path.is_file():
             return None
-        return path if any(path.is_relative_to(folder) for folder in self.screenshot_folders()) else None
+        recorded = self.screenshot_folders()[1:]
+        inside = path.is_relative_to(self.path) or (
+            SCREENSHOT_NAME.fullmatch(path.name) is not None and path.parent in recorded
+        )
+        if not inside:
+            return None
+        try:
+            with path.open("rb") as image:
+                return path if image.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE else None
+        except OSError:
+            return None
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -615,12 +615,13 @@ class Trainer:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(groups)}
             record |= {"dynamic/rounds": batch.rounds} if batch.rounds else {}
         replayed = self.logged.take(step, offline.replay_size(c)) if self.logged is not None else []
-        if replayed:
-            record |= offline.replay_metrics(replayed)
         # dynamic sampling may keep no group; a logged group has the size the log gave it, so each
         # gets its advantages alone
         samples = grpo.build_samples(groups, loss) if groups else []
-        samples += [sample for group in replayed for sample in grpo.build_samples([group], loss)]
+        if replayed:
+            logged_samples, baseline = offline.replay_samples(replayed, self.learner.policy, loss)
+            samples += logged_samples
+            record |= offline.replay_metrics(replayed) | {"replay/baseline": round(baseline, 4)}
         try:
             record |= {"lr": lr, **grpo.update(self.learner, samples, loss)}
         except grpo.SamplerMismatch as exc:
@@ -666,7 +667,8 @@ class Trainer:
             return None
         saved = self.run_dir / LOGGED
         if self.resume and saved.exists():
-            trajectories = [Trajectory.from_json(line) for line in saved.read_text().splitlines() if line.strip()]
+            with saved.open(encoding="utf-8") as lines:
+                trajectories = [Trajectory.from_json(line) for line in lines if line.strip()]
         else:
             with self._log_grader() as grade:
                 trajectories, report = logs.read_logs(paths, policy, temperature=c.temperature, grade=grade)
@@ -674,7 +676,11 @@ class Trainer:
             for error in report.errors[:5]:
                 self.log(f"  {error}")
             (self.run_dir / "logged.json").write_text(json.dumps(report.to_dict(), indent=1))
-            saved.write_text("".join(t.to_json() + "\n" for t in trajectories))
+            written = saved.with_name(saved.name + ".partial")  # renamed when whole: a resume reads all or nothing
+            with written.open("w", encoding="utf-8") as out:
+                for trajectory in trajectories:
+                    out.write(trajectory.to_json() + "\n")
+            written.replace(saved)
         groups = logs.grouped(trajectories)
         if c.replay:
             groups = offline.replay_groups(groups, c)
