@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -156,6 +157,30 @@ def test_a_log_that_is_a_pipe_or_cannot_be_read_is_an_error_not_a_hang_or_a_cras
         read_logs([fifo], policy())
     with pytest.raises(ValueError, match="/proc/self/mem cannot be read: Input/output error"):
         read_logs(["/proc/self/mem"], policy())  # a regular file whose first byte is an I/O error
+
+
+def test_a_pipe_put_where_a_file_was_checked_is_refused_once_open_and_never_waited_on(tmp_path):
+    """The check before opening can be raced (a FIFO swapped in after it): the file is opened without
+    waiting and checked again once open. A thread, so that a regression fails instead of hanging."""
+    fifo = tmp_path / "trajectories.jsonl"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        for reader in (read_lines, records.untrusted_lines):
+            try:
+                list(reader(fifo))
+            except (OSError, ValueError) as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():  # waiting for a writer that never comes
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading a FIFO waited for a writer")
+    assert [type(e) for e in outcome] == [OSError, ValueError]
+    assert all("not a regular file" in str(e) for e in outcome)
 
 
 class CountingTiny(TinyPolicy):

@@ -16,9 +16,12 @@ and :func:`trajectory_of` (every field of the type the code that uses it expects
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +64,7 @@ def read_lines(path: str | Path, start: int = 0, longest: int | None = None) -> 
     broken, which the reader of the record reports with the line number). Line numbers count from
     the file's start only when ``start`` is 0. With ``longest``, a line of more bytes comes ``cut``
     to its first ``longest`` bytes, the rest read past a chunk at a time: memory stays bounded."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(start)
         offset, number = start, 0
         while raw := f.readline(-1 if longest is None else longest + 1):
@@ -73,6 +76,20 @@ def read_lines(path: str | Path, start: int = 0, longest: int | None = None) -> 
             elif (line := raw.rstrip(b"\r\n")).strip():
                 yield RecordLine(number, offset, line)
             offset += size
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` open for reading if it is a regular file (symlinks followed), else ``OSError``.
+    Opened without waiting and checked once open: a FIFO or device put at the path, even after an
+    earlier check of it, is never waited on."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 def untrusted_lines(path: Path) -> Iterator[RecordLine]:

@@ -50,6 +50,7 @@ from ludus.rollout.records import (
     TRAJECTORY_FILES,
     RecordLine,
     finite_number,
+    open_regular,
     read_lines,
     trajectory_files,
 )
@@ -133,12 +134,15 @@ class GrowingJsonl(Generic[T]):
                 return
             self._size = status.st_size
             batch: list[T] = []
-            for line, record in self._new_lines(status.st_size):
-                self._last = (line.offset, line.number)
-                if record is not None:
-                    batch.append(record)
-                if len(batch) >= PUBLISH_EVERY:
-                    batch = self._publish(batch)
+            try:
+                for line, record in self._new_lines(status.st_size):
+                    self._last = (line.offset, line.number)
+                    if record is not None:
+                        batch.append(record)
+                    if len(batch) >= PUBLISH_EVERY:
+                        batch = self._publish(batch)
+            except OSError:  # gone, or no regular file since the check: what was read stays, the next refresh sees
+                pass
             self._publish(batch)
 
     def refresh_in_background(self) -> None:
@@ -226,13 +230,9 @@ def _regular_file_status(path: Path) -> os.stat_result | None:
 
 
 def _open_regular(path: Path) -> BinaryIO | None:
-    """``path`` open for reading if it is a regular file; None otherwise (see
-    :func:`_regular_file_status`). Opened without waiting, so that a FIFO put there since the
-    check is not waited on either."""
-    if _regular_file_status(path) is None:
-        return None
+    """``path`` open for reading if it is a regular file; None otherwise (``records.open_regular``)."""
     try:
-        return os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+        return open_regular(path)
     except OSError:
         return None
 
