@@ -56,6 +56,30 @@ def _eval_log(base: Path, tmp_path: Path, count: int = 16, samples: int = 4) -> 
 # ---- importing ---------------------------------------------------------------------------
 
 
+def test_a_transcript_logged_from_the_openai_packages_own_objects_imports(tmp_path):
+    """What an application logs: the request it sent (a tool without a description, with ``strict``)
+    and each reply as ``ChatCompletion.choices[0].message.model_dump()`` (its ``refusal``,
+    ``audio``, ``annotations`` and ``function_call`` fields, most of them None)."""
+    from openai.types.chat import ChatCompletion
+
+    def reply(message: dict) -> dict:
+        choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", **message}}
+        completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+        return ChatCompletion.model_validate(completion).choices[0].message.model_dump()
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    tool = {"type": "function", "function": {"name": "add", "strict": True, "parameters": {"type": "object"}}}
+    asked = [{"role": "user", "content": "2+3?"}]
+    conversation = [*asked, reply({"content": None, "tool_calls": [call]})]
+    conversation += [{"role": "tool", "tool_call_id": "call_1", "content": "5"}, reply({"content": "5"})]
+    assert conversation[1]["refusal"] is None and "audio" in conversation[1]  # the package's own fields
+    log = _write(tmp_path / "app.jsonl", [{"messages": conversation, "tools": [tool], "reward": 1.0}])
+    [episode], report = read_logs([log])
+    assert report.skipped == {} and [m.role for m in episode.messages] == ["user", "assistant", "tool", "assistant"]
+    assert episode.messages[1].tool_calls[0].arguments == {"a": 2, "b": 3} and episode.messages[3].content == "5"
+    assert episode.tools[0].name == "add" and episode.tools[0].description == ""
+
+
 def test_openai_conversations_import_with_tools_parts_and_grouping(tmp_path):
     tools = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {}}}]
     ask = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "2+3"}]}]

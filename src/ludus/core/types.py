@@ -131,7 +131,7 @@ class ToolSpec(_JsonMixin):
     """A tool the model may call, described as a JSON-schema function (OpenAI format)."""
 
     name: str
-    description: str
+    description: str = ""  # optional in OpenAI's schema, as are the parameters
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
     def to_dict(self) -> dict[str, Any]:
