@@ -37,20 +37,19 @@ def test_invalid_samples_get_zero_advantage_and_do_not_move_the_mean():
     assert adv.tolist() == [[0.5, -0.5, 0.0, 0.0]]
 
 
-def test_weights_make_the_baseline_their_weighted_mean():
-    rewards = torch.tensor([[1.0, 0.5, 0.0, 0.0]])
-    valid = torch.tensor([[True, True, True, False]])
-    weights = torch.tensor([[0.6, 0.2, 0.1, 0.1]])  # the invalid sample's weight is left out: b = 0.7 / 0.9
-    adv = group_advantages(rewards, valid, "none", weights=weights)
-    assert adv[0].tolist() == pytest.approx([1 - 0.7 / 0.9, 0.5 - 0.7 / 0.9, -0.7 / 0.9, 0.0])
-    plain = group_advantages(rewards, valid, "none")
-    assert group_advantages(rewards, valid, "none", weights=torch.ones(1, 4))[0].tolist() == pytest.approx(
-        plain[0].tolist()
-    )
-    group = group_advantages(rewards, valid, "group", eps=0.0, weights=weights)
+def test_a_floor_raises_the_baseline_and_keeps_the_spread():
+    rewards = torch.tensor([[1.0, 0.5, 0.0, 0.0], [1.0, 1.0, 0.9, 0.9]])
+    valid = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    adv = group_advantages(rewards, valid, "none", floor=0.8)
+    # the first group's mean 0.5 is raised to 0.8 (the invalid sample: 0); the second's, 0.95, is above it
+    assert adv[0].tolist() == pytest.approx([0.2, -0.3, -0.8, 0.0], abs=1e-6)
+    assert adv[1].tolist() == pytest.approx([0.05, 0.05, -0.05, -0.05], abs=1e-6)
+    group = group_advantages(rewards, valid, "group", eps=0.0, floor=0.8)
     assert group[0].tolist() == pytest.approx((adv[0] / 0.5).tolist())  # the spread is the rewards' own: std 0.5
-    none = group_advantages(rewards, valid, "none", weights=torch.zeros(1, 4))  # no weight at all: the plain mean
-    assert none[0].tolist() == pytest.approx([0.5, 0.0, -0.5, 0.0])
+    assert (
+        group_advantages(rewards, valid, "none", floor=None).tolist()
+        == group_advantages(rewards, valid, "none").tolist()
+    )
 
 
 def test_unknown_scale_is_rejected():

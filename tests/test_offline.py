@@ -304,32 +304,29 @@ def test_replay_mixes_logged_groups_as_stale_samples(small_config, weak_base, tm
     assert len(steps) == 3
     for r in steps:
         assert r["replay/groups"] == 4  # as many as the 4 fresh ones: half the step's groups
-        assert 0 <= r["replay/baseline"] <= 1  # what the policy would score on the logged tasks
         assert "importance/mean" in r  # the decoupled loss, with importance weights
     saved = [Trajectory.from_json(x) for x in (run.run_dir / LOGGED).read_text().splitlines()]
     assert all(t.policy_version == LOGGED_VERSION for t in saved)
 
 
-def test_a_replayed_group_is_compared_with_what_the_policy_does_now(small_config):
-    """The logger got 1 once and 0.5 once; if the current policy would write the success far more
-    often than the logger did, the baseline is near 1 and the partial answer is pushed down, where
-    the logger's plain mean (0.75) would push it up no more than it pushes the success."""
-    policy = TinyPolicy(TinyConfig(max_len=64))
+def test_a_replayed_episode_is_pushed_up_only_where_it_beats_what_the_policy_scores_now(small_config):
+    """The logger got 1, 0.5 and 0 (mean 0.5); a policy that now scores 0.8 on fresh groups pushes up
+    only the success: the partial answer that beat the logger's mean no longer counts as good."""
     loss = small_config().loss()
-    success, partial = Turn([5, 6], [7, 8], [0.0, 0.0], reward=1.0), Turn([5, 6], [9, 10], [0.0, 0.0], reward=0.5)
-    with torch.no_grad():
-        logp, _ = policy.token_logprobs([[5, 6], [5, 6]], [[7, 8], [9, 10]], loss.temperature)
-    success.logprobs = [float(x) - 4.0 for x in logp[0]]  # the logger rarely wrote it: ratio e^8 per episode
-    partial.logprobs = [float(x) + 4.0 for x in logp[1]]  # and often wrote this one: ratio e^-8
-    group = [Trajectory(Task("t", "q"), [], [turn], Score(turn.reward)) for turn in (success, partial)]
-    samples, baseline = offline.replay_samples([group], policy, loss)
-    assert baseline == pytest.approx(1.0, abs=1e-4)
-    assert [s.completion_ids for s in samples] == [[7, 8], [9, 10]]
-    assert samples[0].advantage == pytest.approx(0.0, abs=1e-3) and samples[1].advantage < -0.5
-    success.logprobs, partial.logprobs = partial.logprobs, success.logprobs  # now it would write the partial one
-    samples, baseline = offline.replay_samples([group], policy, loss)
-    assert baseline == pytest.approx(0.5, abs=1e-4)  # so the success is worth learning, the partial one is not
-    assert samples[0].advantage > 0.5 and [s.completion_ids for s in samples if abs(s.advantage) > 1e-3] == [[7, 8]]
+    logged = [_episode("t", 1.0), _episode("t", 0.5), _episode("t", 0.0)]
+    weak = [[_episode("f", 0.0), _episode("f", 0.5)]] * 2  # fresh groups scoring 0.25: the logger's mean stays
+    strong = [[_episode("f", 1.0), _episode("f", 0.6)]] * 2  # fresh groups scoring 0.8
+    assert [s.advantage > 0 for s in offline.replay_samples([logged], weak, loss)] == [
+        True,
+        False,
+    ]  # 0.5: adv 0, left out
+    pushed = offline.replay_samples([logged], strong, loss)
+    assert [s.advantage > 0 for s in pushed] == [True, False, False] and pushed[0].advantage == pytest.approx(
+        0.2 / 0.5, rel=1e-3
+    )
+    assert [s.advantage for s in offline.replay_samples([logged], [], loss)] == [
+        s.advantage for s in offline.replay_samples([logged], weak, loss)
+    ]
 
 
 @pytest.mark.parametrize(

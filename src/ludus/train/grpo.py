@@ -120,9 +120,9 @@ IMPORTANCE_MODES: tuple[str, ...] = get_args(ImportanceMode)
 
 
 def _baseline_and_scale(
-    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale, eps: float, weights: torch.Tensor | None = None
+    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale, eps: float, floor: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each group's baseline (mean valid reward, or its ``weights``-weighted mean) and the divisor
+    """Each group's baseline (mean valid reward, at least ``floor``) and the divisor
     of its advantages, both ``[groups, 1]``, and which samples carry signal (``[groups, G]``, as the
     rewards' dtype): valid ones in groups whose valid rewards are not all equal. Equality is tested
     exactly, because a mean that float rounding moves off equal rewards (three 0.9s) is not a signal."""
@@ -131,14 +131,7 @@ def _baseline_and_scale(
     v = valid.to(rewards.dtype)
     count = v.sum(1, keepdim=True).clamp(min=1)
     mean = (rewards * v).sum(1, keepdim=True) / count
-    baseline = mean
-    if weights is not None:
-        w = weights.to(rewards.dtype) * v
-        baseline = torch.where(
-            w.sum(1, keepdim=True) > 0,
-            (rewards * w).sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1e-30),
-            mean,
-        )
+    baseline = mean if floor is None else mean.clamp(min=floor)
     lowest = rewards.masked_fill(~valid, math.inf).amin(1, keepdim=True)
     highest = rewards.masked_fill(~valid, -math.inf).amax(1, keepdim=True)
     keep = (valid & (highest > lowest)).to(rewards.dtype)
@@ -159,17 +152,17 @@ def group_advantages(
     valid: torch.Tensor,
     scale: Scale = "group",
     eps: float = 1e-4,
-    weights: torch.Tensor | None = None,
+    floor: float | None = None,
 ) -> torch.Tensor:
     """Advantages for ``rewards`` of shape ``[groups, G]``.
 
     ``valid`` (same shape, bool) excludes samples whose reward is not a measurement of the
     policy (infrastructure errors): they get advantage 0 and do not move their group's mean.
     A group whose valid rewards are all equal gets 0 everywhere: it carries no signal.
-    ``weights`` (same shape, ≥ 0) make the baseline their weighted mean of the valid rewards: a
-    replayed group's estimate of what the current policy would score (train/offline.py).
+    ``floor`` raises every group's baseline to at least that much: a replayed group's episodes
+    are pushed up only where they beat what the current policy scores now (train/offline.py).
     """
-    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, weights)
+    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, floor)
     return (rewards - baseline) * keep / divisor
 
 
@@ -179,7 +172,7 @@ def turn_advantages(
     valid: torch.Tensor,
     scale: Scale = "group",
     eps: float = 1e-4,
-    weights: torch.Tensor | None = None,
+    floor: float | None = None,
 ) -> torch.Tensor:
     """Per-turn advantages ``(G[i, k] - b) / s`` for ``returns_to_go`` of shape ``[groups, G, T]``.
 
@@ -191,9 +184,9 @@ def turn_advantages(
     reward-to-go), and the group baseline does not depend on the turn's action, so subtracting
     it stays unbiased too. Invalid samples, and every turn of a group whose valid episode returns
     are all equal, get 0: such a group carries no signal. With all reward on the last turn this
-    equals :func:`group_advantages` for every turn (``weights`` as there).
+    equals :func:`group_advantages` for every turn (``floor`` as there).
     """
-    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, weights)
+    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, floor)
     return (returns_to_go - baseline[..., None]) * keep[..., None] / divisor[..., None]
 
 
@@ -231,14 +224,14 @@ def has_signal(group: Sequence[Trajectory], config: LossConfig) -> bool:
 
 
 def advantages_per_turn(
-    groups: Sequence[Sequence[Trajectory]], config: LossConfig, weights: torch.Tensor | None = None
+    groups: Sequence[Sequence[Trajectory]], config: LossConfig, floor: float | None = None
 ) -> list[list[float]]:
     """The advantage of every turn of every trajectory (groups flattened in order), by ``turn_credit``;
-    ``weights`` ([groups, G]) as :func:`group_advantages` takes them."""
+    ``floor`` as :func:`group_advantages` takes it."""
     rewards, valid = shaped_rewards(groups, config)
     trajs = [t for group in groups for t in group]
     if config.turn_credit == "episode":
-        adv = group_advantages(rewards, valid, config.scale_rewards, weights=weights).flatten().tolist()
+        adv = group_advantages(rewards, valid, config.scale_rewards, floor=floor).flatten().tolist()
         return [[a] * len(traj.turns) for traj, a in zip(trajs, adv, strict=True)]
     width = max(len(traj.turns) for traj in trajs)
     # the return from each turn on: the sums of the (shaped) turn rewards from the last turn backwards
@@ -247,9 +240,7 @@ def advantages_per_turn(
         for traj in trajs
     ]
     padded = torch.tensor([g + [0.0] * (width - len(g)) for g in togo]).view(*rewards.shape, width)
-    rows = (
-        turn_advantages(padded, rewards, valid, config.scale_rewards, weights=weights).view(len(trajs), width).tolist()
-    )
+    rows = turn_advantages(padded, rewards, valid, config.scale_rewards, floor=floor).view(len(trajs), width).tolist()
     return [row[: len(traj.turns)] for traj, row in zip(trajs, rows, strict=True)]
 
 
@@ -308,17 +299,17 @@ def _run_sample(turns: Sequence[Turn], advantage: float, version: int, config: L
 
 
 def build_samples(
-    groups: Sequence[Sequence[Trajectory]], config: LossConfig, weights: torch.Tensor | None = None
+    groups: Sequence[Sequence[Trajectory]], config: LossConfig, floor: float | None = None
 ) -> list[Sample]:
     """The :class:`Sample` s of every trajectory: each run of :func:`chained_turns` is one sample
     (a single turn is a plain one); under ``turn_credit="reward_to_go"``, where turns' advantages
     differ, a run is cut where the advantage changes, since a sample has one. Left out: samples
     with advantage 0 when there is no KL term (no gradient, compute for nothing) and, with
-    ``overlong_filter``, turns cut off at ``max_tokens``. ``weights``: the baseline's
+    ``overlong_filter``, turns cut off at ``max_tokens``. ``floor``: the baseline's
     (:func:`group_advantages`)."""
     trajs = [t for group in groups for t in group]
     samples: list[Sample] = []
-    for traj, advantages in zip(trajs, advantages_per_turn(groups, config, weights), strict=True):
+    for traj, advantages in zip(trajs, advantages_per_turn(groups, config, floor), strict=True):
         samples += episode_samples(traj, advantages, config)
     return samples
 

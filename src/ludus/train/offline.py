@@ -33,13 +33,12 @@ The loss, over a minibatch's trained tokens (``ρ_t`` detached; 1 but for ``impo
 from logged groups whose rewards differ: ``replay_ratio`` of the step's groups are logged, the rest
 sampled now. The loss treats them as stale samples (train/grpo.py's decoupled objective): the
 ratio against the learner's weights at the step's start, each token weighted by
-``min(π_prox / π_β, importance_cap)``. Their advantages are GRPO's within their group, but against a
-baseline of what the *current* policy would score on the task, not the logging policy's mean: the
-group's rewards averaged with self-normalised importance weights ``π_θ(episode) / π_β(episode)``
-(:func:`replay_samples`). The plain mean would keep rewarding what beat a weak logger (a wrong
-answer with a few right digits) long after the policy does better; with this baseline a logged
-episode earns a positive advantage only while it beats what the policy now does, so replay fades
-as the policy learns what the log can teach.
+``min(π_prox / π_β, importance_cap)``. Their advantages are GRPO's within their group, except
+that the baseline is at least what the policy scores now, the mean reward of the step's fresh
+groups (:func:`replay_samples`). The logger's group mean alone would keep rewarding what beat a
+weak logger (a wrong answer with a few right digits) long after the policy does better; with the
+floor a logged episode is pushed up only while it beats both its group and the policy, so replay
+stops pulling back as the policy learns what the log can teach.
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ludus.core.types import Trajectory
-from ludus.policies.base import TrainablePolicy
 from ludus.train import grpo
 from ludus.train.config import TrainConfig
 
@@ -200,32 +198,13 @@ def step_metrics(groups: Sequence[Sequence[Trajectory]], weights: dict[int, floa
 
 
 def replay_samples(
-    groups: Sequence[list[Trajectory]], policy: TrainablePolicy, config: grpo.LossConfig, chunk: int = 64
-) -> tuple[list[grpo.Sample], float]:
-    """The step's replayed groups as samples, advantages against the importance-weighted baseline
-    (module docstring), and that baseline's mean over the groups (``replay/baseline``). One forward
-    pass of the current weights over the replayed turns, in chunks of ``chunk``, without gradient."""
-    turns = [(g, i, turn) for g, group in enumerate(groups) for i, t in enumerate(group) for turn in t.turns]
-    turns = [(g, i, turn) for g, i, turn in turns if turn.completion_ids]
-    log_ratio = [[0.0] * len(group) for group in groups]
-    with torch.no_grad():
-        for lo in range(0, len(turns), chunk):
-            part = turns[lo : lo + chunk]
-            logp, _ = policy.token_logprobs(
-                [turn.prompt_ids for *_, turn in part], [turn.completion_ids for *_, turn in part], config.temperature
-            )
-            for row, (g, i, turn) in enumerate(part):
-                n = len(turn.completion_ids)
-                log_ratio[g][i] += float(logp[row, :n].sum()) - math.fsum(turn.logprobs)
-    samples: list[grpo.Sample] = []
-    baselines = []
-    for group, ratios in zip(groups, log_ratio, strict=True):
-        weights = torch.softmax(torch.tensor([ratios], dtype=torch.float64), dim=1)
-        rewards, valid = grpo.shaped_rewards([group], config)
-        w = weights * valid
-        baselines.append(float((rewards * w).sum() / w.sum()) if float(w.sum()) > 0 else float(rewards.mean()))
-        samples += grpo.build_samples([group], config, weights=weights)
-    return samples, sum(baselines) / len(baselines)
+    groups: Sequence[list[Trajectory]], fresh: Sequence[Sequence[Trajectory]], config: grpo.LossConfig
+) -> list[grpo.Sample]:
+    """The step's replayed ``groups`` as samples, each group's baseline raised to the mean (shaped)
+    reward of the step's ``fresh`` groups, what the policy scores now (module docstring)."""
+    rewards, valid = grpo.shaped_rewards(fresh, config) if fresh else (torch.zeros(0), torch.zeros(0, dtype=torch.bool))
+    floor = float(rewards[valid].mean()) if bool(valid.any()) else None
+    return [sample for group in groups for sample in grpo.build_samples([group], config, floor=floor)]
 
 
 def replay_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:

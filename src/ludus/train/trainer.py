@@ -619,9 +619,8 @@ class Trainer:
         # gets its advantages alone
         samples = grpo.build_samples(groups, loss) if groups else []
         if replayed:
-            logged_samples, baseline = offline.replay_samples(replayed, self.learner.policy, loss)
-            samples += logged_samples
-            record |= offline.replay_metrics(replayed) | {"replay/baseline": round(baseline, 4)}
+            samples += offline.replay_samples(replayed, sampled, loss)
+            record |= offline.replay_metrics(replayed)
         try:
             record |= {"lr": lr, **grpo.update(self.learner, samples, loss)}
         except grpo.SamplerMismatch as exc:
