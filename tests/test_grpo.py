@@ -37,19 +37,19 @@ def test_invalid_samples_get_zero_advantage_and_do_not_move_the_mean():
     assert adv.tolist() == [[0.5, -0.5, 0.0, 0.0]]
 
 
-def test_a_floor_raises_the_baseline_and_keeps_the_spread():
+def test_a_floor_leaves_out_what_beats_its_group_but_not_the_floor():
     rewards = torch.tensor([[1.0, 0.5, 0.0, 0.0], [1.0, 1.0, 0.9, 0.9]])
-    valid = torch.tensor([[True, True, True, False], [True, True, True, True]])
-    adv = group_advantages(rewards, valid, "none", floor=0.8)
-    # the first group's mean 0.5 is raised to 0.8 (the invalid sample: 0); the second's, 0.95, is above it
-    assert adv[0].tolist() == pytest.approx([0.2, -0.3, -0.8, 0.0], abs=1e-6)
-    assert adv[1].tolist() == pytest.approx([0.05, 0.05, -0.05, -0.05], abs=1e-6)
-    group = group_advantages(rewards, valid, "group", eps=0.0, floor=0.8)
-    assert group[0].tolist() == pytest.approx((adv[0] / 0.5).tolist())  # the spread is the rewards' own: std 0.5
-    assert (
-        group_advantages(rewards, valid, "none", floor=None).tolist()
-        == group_advantages(rewards, valid, "none").tolist()
-    )
+    valid = torch.tensor([[True, True, False, True], [True, True, True, True]])
+    plain = group_advantages(rewards, valid, "none")
+    assert plain[0].tolist() == pytest.approx([0.5, 0.0, 0.0, -0.5])  # mean 0.5; the invalid one 0
+    # the first group: 1.0 beats the floor 0.8 and keeps its push; nothing else was above its mean.
+    # the second: mean 0.95, 1.0 beats it and the floor; the 0.9s are below their mean: pushed down as before
+    assert group_advantages(rewards, valid, "none", floor=0.8).tolist() == plain.tolist()
+    floored = group_advantages(rewards, valid, "none", floor=1.0)  # 1.0 is not above a floor of 1.0
+    assert floored[0].tolist() == pytest.approx([0.0, 0.0, 0.0, -0.5])
+    assert floored[1].tolist() == pytest.approx([0.0, 0.0, -0.05, -0.05], abs=1e-6)
+    scaled = group_advantages(rewards, valid, "group", eps=0.0, floor=1.0)  # the spread is still the group's
+    assert scaled[0].tolist() == pytest.approx((floored[0] / 0.5).tolist())
 
 
 def test_unknown_scale_is_rejected():

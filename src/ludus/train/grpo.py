@@ -122,29 +122,32 @@ IMPORTANCE_MODES: tuple[str, ...] = get_args(ImportanceMode)
 def _baseline_and_scale(
     rewards: torch.Tensor, valid: torch.Tensor, scale: Scale, eps: float, floor: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each group's baseline (mean valid reward, at least ``floor``) and the divisor
-    of its advantages, both ``[groups, 1]``, and which samples carry signal (``[groups, G]``, as the
-    rewards' dtype): valid ones in groups whose valid rewards are not all equal. Equality is tested
-    exactly, because a mean that float rounding moves off equal rewards (three 0.9s) is not a signal."""
+    """Each group's baseline (mean valid reward) and the divisor of its advantages, both
+    ``[groups, 1]``, and which samples carry signal (``[groups, G]``, as the rewards' dtype): valid
+    ones in groups whose valid rewards are not all equal, but for those above their group's mean
+    and not above ``floor``. Equality is tested exactly, because a mean that float rounding moves
+    off equal rewards (three 0.9s) is not a signal."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     v = valid.to(rewards.dtype)
     count = v.sum(1, keepdim=True).clamp(min=1)
     mean = (rewards * v).sum(1, keepdim=True) / count
-    baseline = mean if floor is None else mean.clamp(min=floor)
     lowest = rewards.masked_fill(~valid, math.inf).amin(1, keepdim=True)
     highest = rewards.masked_fill(~valid, -math.inf).amax(1, keepdim=True)
-    keep = (valid & (highest > lowest)).to(rewards.dtype)
+    signal = valid & (highest > lowest)
+    if floor is not None:
+        signal &= ~((rewards > mean) & (rewards <= floor))
+    keep = signal.to(rewards.dtype)
     if scale == "none":
-        return baseline, torch.ones_like(mean), keep
+        return mean, torch.ones_like(mean), keep
     if scale == "group":
         # Unbiased std like torch.std (what GRPO implementations use); a group of one has std 0.
         centred = (rewards - mean) * v
         std = ((centred**2).sum(1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
-        return baseline, std + eps, keep
+        return mean, std + eps, keep
     flat = rewards[valid]
     std = flat.std() if flat.numel() > 1 else torch.zeros(())
-    return baseline, (std + eps).expand_as(mean), keep
+    return mean, (std + eps).expand_as(mean), keep
 
 
 def group_advantages(
@@ -159,8 +162,9 @@ def group_advantages(
     ``valid`` (same shape, bool) excludes samples whose reward is not a measurement of the
     policy (infrastructure errors): they get advantage 0 and do not move their group's mean.
     A group whose valid rewards are all equal gets 0 everywhere: it carries no signal.
-    ``floor`` raises every group's baseline to at least that much: a replayed group's episodes
-    are pushed up only where they beat what the current policy scores now (train/offline.py).
+    With ``floor``, a sample that beats its group's mean but scores no more than ``floor`` gets 0:
+    a replayed group's episodes are pushed up only where they also beat what the current policy
+    scores now (train/offline.py).
     """
     baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, floor)
     return (rewards - baseline) * keep / divisor

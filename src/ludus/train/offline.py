@@ -34,11 +34,11 @@ from logged groups whose rewards differ: ``replay_ratio`` of the step's groups a
 sampled now. The loss treats them as stale samples (train/grpo.py's decoupled objective): the
 ratio against the learner's weights at the step's start, each token weighted by
 ``min(π_prox / π_β, importance_cap)``. Their advantages are GRPO's within their group, except
-that the baseline is at least what the policy scores now, the mean reward of the step's fresh
-groups (:func:`replay_samples`). The logger's group mean alone would keep rewarding what beat a
-weak logger (a wrong answer with a few right digits) long after the policy does better; with the
-floor a logged episode is pushed up only while it beats both its group and the policy, so replay
-stops pulling back as the policy learns what the log can teach.
+that an episode that beats its group but not what the policy scores now (the mean reward of the
+step's fresh groups) is left out (:func:`replay_samples`). Without that, what beat a weak logger
+(a wrong answer with a few right digits) keeps being pushed up long after the policy does
+better, and replay holds the policy back; raising the baseline instead (every logged episode
+below the policy pushed down) made the updates mostly negative and unstable.
 """
 
 from __future__ import annotations
@@ -200,8 +200,9 @@ def step_metrics(groups: Sequence[Sequence[Trajectory]], weights: dict[int, floa
 def replay_samples(
     groups: Sequence[list[Trajectory]], fresh: Sequence[Sequence[Trajectory]], config: grpo.LossConfig
 ) -> list[grpo.Sample]:
-    """The step's replayed ``groups`` as samples, each group's baseline raised to the mean (shaped)
-    reward of the step's ``fresh`` groups, what the policy scores now (module docstring)."""
+    """The step's replayed ``groups`` as samples; an episode above its group's mean but not above
+    the mean (shaped) reward of the step's ``fresh`` groups, what the policy scores now, is left
+    out (module docstring)."""
     rewards, valid = grpo.shaped_rewards(fresh, config) if fresh else (torch.zeros(0), torch.zeros(0, dtype=torch.bool))
     floor = float(rewards[valid].mean()) if bool(valid.any()) else None
     return [sample for group in groups for sample in grpo.build_samples([group], config, floor=floor)]
