@@ -125,7 +125,8 @@ def test_a_stricter_grader_takes_back_exactly_the_partial_credit(runs, tmp_path,
 def test_the_same_grader_changes_nothing_and_a_second_rescore_replaces_the_first(runs, tmp_path):
     run = copy_run(runs, "eval", tmp_path)
     rescore(run, "--env-args", "{digit_credit: 0}")
-    summary, lines = rescore(run, "--workers", "2")  # the arguments eval.json recorded
+    assert main(["rescore", str(run)]) == 2  # a folder that records arguments: only when said to be one's own
+    summary, lines = rescore(run, "--workers", "2", "--trust-run")  # the arguments eval.json recorded
     assert summary["env_args"] == {"arithmetic": {"digit_credit": 0.5}}
     assert summary["changed"] == summary["diverged"] == 0
     assert len(lines) == summary["total"] == len(trajectories(run / "trajectories.jsonl"))
@@ -135,7 +136,7 @@ def test_the_same_grader_changes_nothing_and_a_second_rescore_replaces_the_first
 def test_a_training_run_is_rescored_with_the_arguments_its_config_records(runs, tmp_path):
     run = copy_run(runs, "train", tmp_path)
     samples = trajectories(run / "samples.jsonl")
-    summary, lines = rescore(run)
+    summary, lines = rescore(run, "--trust-run")
     assert summary["env_args"] == {"arithmetic": {"digits": 2, "ops": "+", "digit_credit": 0.5}}
     assert summary["total"] == len(samples) == len(lines) > 0
     assert summary["changed"] == summary["diverged"] == 0 and all(line["file"] == "samples.jsonl" for line in lines)
@@ -166,7 +167,7 @@ def test_broken_lines_are_counted_by_reason_with_their_line_numbers(runs, tmp_pa
     count = len(trajectories(run / "trajectories.jsonl"))
     with (run / "trajectories.jsonl").open("a") as f:
         f.write('{"schema": 1, "task": {"id": "cut short"\n{"step": 3, "loss": 0.5}\n')
-    summary, lines = rescore(run)
+    summary, lines = rescore(run, "--trust-run")
     assert summary["skipped"] == {"broken JSON": 1, "not a trajectory": 1}
     assert summary["total"] == len(lines) == count
     err = capsys.readouterr().err

@@ -271,5 +271,5 @@ def test_a_run_folders_forged_tasks_are_skipped_unless_trusted(tmp_path):
     summary, lines = rescored(run)
     assert summary["skipped"] == {"untrusted task": 1} and summary["total"] == 1
     assert [line["task_id"] for line in lines] == [own.id] and lines[0]["new"]["status"] == "correct"
-    summary, lines = rescored(run, "--trust-tasks")  # the user's own folder and tasks file: graded as recorded
+    summary, lines = rescored(run, "--trust-run")  # the user's own folder and tasks file: graded as recorded
     assert summary["skipped"] == {} and [line["new"]["status"] for line in lines] == ["correct", "correct"]

@@ -32,10 +32,11 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     )
     p.add_argument("--workers", type=int, default=4, help="trajectories replayed at once, in threads (default 4)")
     p.add_argument(
-        "--trust-tasks",
+        "--trust-run",
         action="store_true",
-        help="grade each trajectory on the task it records even when it is none of the environment's own (a tasks "
-        "file of yours): only for a run folder you made, as a forged task can name any file on this machine",
+        help="the run folder is yours: take the environment arguments it records, and grade each trajectory on the "
+        "task it records even when it is none of the environment's own (a tasks file of yours). Never for a folder "
+        "from elsewhere: a forged argument or task can name any file, server or sandbox backend",
     )
     p.set_defaults(run=run)
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             env=args.env,
             env_args=env_args,
             workers=args.workers,
-            trust_tasks=args.trust_tasks,
+            trust_run=args.trust_run,
             on_result=advance,
         )
     summary = report.summary

@@ -25,7 +25,8 @@ planted at the name of a file being written. Nor is a trajectory's own ``task`` 
 forged one could name any database file or folder on this machine. The environment's own task of
 that id is graded instead (:func:`task_to_grade`), or the logged one if the environment would take
 it from any client of its server (``Env.client_task``); any other is refused (:class:`UntrustedTask`)
-unless the caller trusts the folder (``trust_tasks``, ``--trust-tasks``).
+unless the caller trusts the folder (``trust_run``, ``--trust-run``), which also takes the
+arguments the folder records for its environments (without it they are an error).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def task_to_grade(env: Env, task: Task, *, trust: bool = False) -> Task:
         return task
     try:
         return env.client_task(task.to_dict())
-    except ValueError as refused:
+    except Exception as refused:  # noqa: BLE001 - a check that fails its own way on hostile data refuses too
         own = _own_task(env, task.id)
         if own is not None:
             return own
@@ -144,7 +145,7 @@ _indexes_lock = threading.Lock()
 def _own_task(env: Env, task_id: str) -> Task | None:
     """``env``'s task whose id is ``task_id``, if it has one (:func:`task_to_grade`)."""
     parts = task_id.split("/")
-    index = int(parts[-1]) if parts[-1].isdigit() and len(parts[-1]) < 10 else None
+    index = int(parts[-1]) if parts[-1].isascii() and parts[-1].isdecimal() and len(parts[-1]) < 10 else None
     for split in [s for s in ("train", "eval") if s in parts[:-1]] or ["train", "eval"]:
         try:
             source = env.task_source(split)  # type: ignore[arg-type]
@@ -358,7 +359,7 @@ def rescore_run(
     env: str | None = None,
     env_args: Mapping[str, Any] | None = None,
     workers: int = 4,
-    trust_tasks: bool = False,
+    trust_run: bool = False,
     on_result: Callable[[Rescored], None] | None = None,
 ) -> RescoreReport:
     """Re-grade every trajectory of ``run_dir``'s trajectory files and write ``rescore.jsonl`` and
@@ -368,7 +369,9 @@ def rescore_run(
     the run records (:func:`recorded_env_args`), or by ``env`` and ``env_args`` when given (another
     environment, another version of its grader; ``env_args`` alone replaces the recorded arguments
     of every environment), on :func:`task_to_grade`'s task: a line whose task is refused is skipped
-    (:data:`UNTRUSTED`) unless ``trust_tasks``. ``workers`` threads replay at once, each with environments of its own,
+    (:data:`UNTRUSTED`). ``trust_run`` says the folder is the caller's own: its recorded arguments
+    are taken (without it, recorded arguments are an error: they can name files, servers or the
+    sandbox's backend) and its tasks graded as recorded. ``workers`` threads replay at once, each with environments of its own,
     closed at the end. Lines that are not trajectories are counted, never fatal. Raises
     ``FileNotFoundError`` for a folder without trajectory files and ``ValueError`` for an
     environment that cannot be made, for recorded arguments that name code (:data:`CODE_ARGS`) and
@@ -381,11 +384,11 @@ def rescore_run(
         raise FileNotFoundError(
             f"{run_dir} holds no trajectory file ({', '.join(TRAJECTORY_FILES)}): is it a run folder?"
         )
-    makers = _Makers(recorded_env_args(run_dir), env_args)
+    makers = _Makers(recorded_env_args(run_dir), env_args, trust_run)
     if env is not None:
         makers.get(env)
     tally = _Tally(on_result)
-    pool = _Workers(workers, trust_tasks)
+    pool = _Workers(workers, trust_run)
     interrupted = False
     try:
         with _whole_file(run_dir / LINES) as out:
@@ -448,8 +451,8 @@ class _Makers:
     """The checked maker of each environment a run's trajectories name, with the arguments it gets:
     ``env_args`` when given, else those the run recorded for it."""
 
-    def __init__(self, recorded: dict[str, dict[str, Any]], env_args: Mapping[str, Any] | None):
-        self.recorded, self.env_args = recorded, env_args
+    def __init__(self, recorded: dict[str, dict[str, Any]], env_args: Mapping[str, Any] | None, trusted: bool):
+        self.recorded, self.env_args, self.trusted = recorded, env_args, trusted
         self.sole = next(iter(recorded)) if len(recorded) == 1 else None  # what a trajectory naming none was run on
         self.used_args: dict[str, dict[str, Any]] = {}
         self._makers: dict[str, Callable[[], Env]] = {}
@@ -468,6 +471,13 @@ class _Makers:
                         f"the run records {code!r} among the arguments of {name!r}: it names code to run, and a run "
                         "folder can come from anyone; read it in the folder's eval.json or config.yaml and, if you "
                         "trust it, give the arguments with --env-args"
+                    )
+                if args and not self.trusted:
+                    raise ValueError(
+                        f"the run records arguments for {name!r} ({', '.join(sorted(args))}): a run folder can come "
+                        "from anyone, and an argument can name a file, a server or the sandbox's backend. If the folder "
+                        "is yours, rescore with --trust-run; else read them in its eval.json or config.yaml and give "
+                        "the ones to grade with, --env-args"
                     )
             try:
                 make, first = EnvPlacement(threads=1).env_factory(name, args)
@@ -500,7 +510,7 @@ class _Tally:
         try:
             regraded, trajectory = job.result(), where.trajectory
         except UntrustedTask as refused:
-            advice = "if the run folder is yours, grade it with --trust-tasks"
+            advice = "if the run folder is yours, grade it with --trust-run"
             self.skip(SkippedLine(where.file, where.line, UNTRUSTED, f"{refused}; {advice}"))
             return ""
         old = trajectory.score
@@ -596,8 +606,8 @@ class _Workers:
     made on first need and closed by the thread that made them (an environment may hold objects
     bound to its thread, a SQLite connection)."""
 
-    def __init__(self, size: int, trust_tasks: bool):
-        self.trust_tasks = trust_tasks
+    def __init__(self, size: int, trust_run: bool):
+        self.trust_run = trust_run
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Env], Trajectory, Future[Regraded]] | None] = (
             queue.SimpleQueue()
         )
@@ -639,7 +649,7 @@ class _Workers:
                     if runner is None and has_async_hooks(env):
                         runner = asyncio.Runner()
                     for _ in range(1 + INFRA_RETRIES):
-                        regraded = regrade(env, trajectory, runner=runner, trust_task=self.trust_tasks)
+                        regraded = regrade(env, trajectory, runner=runner, trust_task=self.trust_run)
                         if not regraded.score.is_infra_error:
                             break
                 except UntrustedTask as refused:

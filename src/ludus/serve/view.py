@@ -616,11 +616,14 @@ class Run:
         """A path as a trajectory wrote it, which may be relative to wherever the run was started:
         the first of here, the run folder and the folders above it where it exists."""
         path = Path(written)
-        if path.is_absolute():
-            return path.resolve() if path.exists() else None
-        for base in (Path.cwd(), self.path, *self.path.parents):
-            if (base / path).exists():
-                return (base / path).resolve()
+        try:
+            if path.is_absolute():
+                return path.resolve() if path.exists() else None
+            for base in (Path.cwd(), self.path, *self.path.parents):
+                if (base / path).exists():
+                    return (base / path).resolve()
+        except (OSError, RuntimeError):  # a name too long for the disk, a loop of links: not found
+            return None
         return None
 
     def screenshot(self, written: str) -> Path | None:

@@ -95,7 +95,7 @@ class InstructEnv(SingleTurnEnv):
         """A client's task, its constraints few, small and of known kinds: they are checked on the
         server's event loop (``quick``), where a task of thousands would stall every session."""
         task = super().client_task(data)
-        constraints = task.answer.get("constraints")
+        constraints = task.answer.get("constraints") if isinstance(task.answer, Mapping) else None
         if not isinstance(constraints, list) or not 1 <= len(constraints) <= MAX_CLIENT_CONSTRAINTS:
             raise ValueError(f"task.answer['constraints'] must be a list of 1 to {MAX_CLIENT_CONSTRAINTS} constraints")
         for c in constraints:

@@ -123,6 +123,14 @@ class CountdownEnv(LeveledEnv):
     difficulty_levels = tuple(sorted(countdown.LEVELS))
     client_task_info = {"family": str, "numbers": list, "target": int}
 
+    def client_task(self, data: Any) -> Task:
+        """A client's numbers are whole numbers, as the game's are."""
+        task = super().client_task(data)
+        numbers = task.info.get("numbers", [])
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            raise ValueError("task.info['numbers'] must be a list of whole numbers")
+        return task
+
     def score(self, task: Task, completion: str) -> Score:
         return score_countdown(completion, task.info["numbers"], task.info["target"])
 

@@ -31,6 +31,7 @@ places one button over another, the oracle reaches the covered one with Tab and 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -469,12 +470,18 @@ class MiniWoBTasks:
 
 
 def _check_name(name: str) -> str:
-    """``name`` if the oracle supports it; otherwise an error that says whether MiniWoB++ has it."""
+    """``name`` if the oracle supports it; otherwise an error that says whether MiniWoB++ has it
+    (looked up in a listing of its pages: a client's string never names a file to look at)."""
     if name not in SOLVERS:
-        exists = (html_root() / "miniwob" / f"{name}.html").is_file()
-        known = "a MiniWoB++ task ludus does not support yet" if exists else "not a MiniWoB++ task"
+        known = "a MiniWoB++ task ludus does not support yet" if name in _pages() else "not a MiniWoB++ task"
         raise ValueError(f"{name!r} is {known}; supported: {', '.join(SUPPORTED)}")
     return name
+
+
+@functools.cache
+def _pages() -> frozenset[str]:
+    """The names of the task pages MiniWoB++ ships."""
+    return frozenset(page.stem for page in (html_root() / "miniwob").glob("*.html"))
 
 
 class MiniWoBEnv(BrowserEnv):
