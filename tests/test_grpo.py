@@ -37,21 +37,6 @@ def test_invalid_samples_get_zero_advantage_and_do_not_move_the_mean():
     assert adv.tolist() == [[0.5, -0.5, 0.0, 0.0]]
 
 
-def test_a_floor_leaves_out_what_beats_its_group_but_not_the_floor():
-    rewards = torch.tensor([[1.0, 0.5, 0.0, 0.0], [1.0, 1.0, 0.9, 0.9]])
-    valid = torch.tensor([[True, True, False, True], [True, True, True, True]])
-    plain = group_advantages(rewards, valid, "none")
-    assert plain[0].tolist() == pytest.approx([0.5, 0.0, 0.0, -0.5])  # mean 0.5; the invalid one 0
-    # the first group: 1.0 beats the floor 0.8 and keeps its push; nothing else was above its mean.
-    # the second: mean 0.95, 1.0 beats it and the floor; the 0.9s are below their mean: pushed down as before
-    assert group_advantages(rewards, valid, "none", floor=0.8).tolist() == plain.tolist()
-    floored = group_advantages(rewards, valid, "none", floor=1.0)  # 1.0 is not above a floor of 1.0
-    assert floored[0].tolist() == pytest.approx([0.0, 0.0, 0.0, -0.5])
-    assert floored[1].tolist() == pytest.approx([0.0, 0.0, -0.05, -0.05], abs=1e-6)
-    scaled = group_advantages(rewards, valid, "group", eps=0.0, floor=1.0)  # the spread is still the group's
-    assert scaled[0].tolist() == pytest.approx((floored[0] / 0.5).tolist())
-
-
 def test_unknown_scale_is_rejected():
     with pytest.raises(ValueError, match="scale"):
         group_advantages(REWARDS, ALL, "sometimes")  # type: ignore[arg-type]

@@ -309,23 +309,6 @@ def test_replay_mixes_logged_groups_as_stale_samples(small_config, weak_base, tm
     assert all(t.policy_version == LOGGED_VERSION for t in saved)
 
 
-def test_a_replayed_episode_is_pushed_up_only_where_it_beats_what_the_policy_scores_now(small_config):
-    """The logger got 1, 0.6 and 0 (mean ~0.53); once the policy scores 0.8 on fresh groups, the
-    partial answer that beat the logger's mean is left out rather than pushed up; the rest is GRPO's."""
-    loss = small_config().loss()
-    logged = [_episode("t", 1.0), _episode("t", 0.6), _episode("t", 0.0)]
-    weak = [[_episode("f", 0.0), _episode("f", 0.5)]] * 2  # fresh groups scoring 0.25
-    strong = [[_episode("f", 1.0), _episode("f", 0.6)]] * 2  # fresh groups scoring 0.8
-
-    def advantages(fresh):
-        return [round(s.advantage, 4) for s in offline.replay_samples([logged], fresh, loss)]
-
-    plain = advantages([])  # no fresh group: GRPO's advantages
-    assert [a > 0 for a in plain] == [True, True, False]
-    assert advantages(weak) == plain
-    assert advantages(strong) == [plain[0], plain[2]]  # the 0.6 left out; the 0 still pushed down
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -120,13 +120,12 @@ IMPORTANCE_MODES: tuple[str, ...] = get_args(ImportanceMode)
 
 
 def _baseline_and_scale(
-    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale, eps: float, floor: float | None = None
+    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each group's baseline (mean valid reward) and the divisor of its advantages, both
-    ``[groups, 1]``, and which samples carry signal (``[groups, G]``, as the rewards' dtype): valid
-    ones in groups whose valid rewards are not all equal, but for those above their group's mean
-    and not above ``floor``. Equality is tested exactly, because a mean that float rounding moves
-    off equal rewards (three 0.9s) is not a signal."""
+    ``[groups, 1]``, and which samples carry signal (``[groups, G]``, as the rewards' dtype):
+    valid ones in groups whose valid rewards are not all equal. Equality is tested exactly,
+    because a mean that float rounding moves off equal rewards (three 0.9s) is not a signal."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     v = valid.to(rewards.dtype)
@@ -134,10 +133,7 @@ def _baseline_and_scale(
     mean = (rewards * v).sum(1, keepdim=True) / count
     lowest = rewards.masked_fill(~valid, math.inf).amin(1, keepdim=True)
     highest = rewards.masked_fill(~valid, -math.inf).amax(1, keepdim=True)
-    signal = valid & (highest > lowest)
-    if floor is not None:
-        signal &= ~((rewards > mean) & (rewards <= floor))
-    keep = signal.to(rewards.dtype)
+    keep = (valid & (highest > lowest)).to(rewards.dtype)
     if scale == "none":
         return mean, torch.ones_like(mean), keep
     if scale == "group":
@@ -151,22 +147,15 @@ def _baseline_and_scale(
 
 
 def group_advantages(
-    rewards: torch.Tensor,
-    valid: torch.Tensor,
-    scale: Scale = "group",
-    eps: float = 1e-4,
-    floor: float | None = None,
+    rewards: torch.Tensor, valid: torch.Tensor, scale: Scale = "group", eps: float = 1e-4
 ) -> torch.Tensor:
     """Advantages for ``rewards`` of shape ``[groups, G]``.
 
     ``valid`` (same shape, bool) excludes samples whose reward is not a measurement of the
     policy (infrastructure errors): they get advantage 0 and do not move their group's mean.
     A group whose valid rewards are all equal gets 0 everywhere: it carries no signal.
-    With ``floor``, a sample that beats its group's mean but scores no more than ``floor`` gets 0:
-    a replayed group's episodes are pushed up only where they also beat what the current policy
-    scores now (train/offline.py).
     """
-    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, floor)
+    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps)
     return (rewards - baseline) * keep / divisor
 
 
@@ -176,7 +165,6 @@ def turn_advantages(
     valid: torch.Tensor,
     scale: Scale = "group",
     eps: float = 1e-4,
-    floor: float | None = None,
 ) -> torch.Tensor:
     """Per-turn advantages ``(G[i, k] - b) / s`` for ``returns_to_go`` of shape ``[groups, G, T]``.
 
@@ -188,9 +176,9 @@ def turn_advantages(
     reward-to-go), and the group baseline does not depend on the turn's action, so subtracting
     it stays unbiased too. Invalid samples, and every turn of a group whose valid episode returns
     are all equal, get 0: such a group carries no signal. With all reward on the last turn this
-    equals :func:`group_advantages` for every turn (``floor`` as there).
+    equals :func:`group_advantages` for every turn.
     """
-    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps, floor)
+    baseline, divisor, keep = _baseline_and_scale(rewards, valid, scale, eps)
     return (returns_to_go - baseline[..., None]) * keep[..., None] / divisor[..., None]
 
 
@@ -227,15 +215,12 @@ def has_signal(group: Sequence[Trajectory], config: LossConfig) -> bool:
     return len(set(rewards[valid].tolist())) > 1
 
 
-def advantages_per_turn(
-    groups: Sequence[Sequence[Trajectory]], config: LossConfig, floor: float | None = None
-) -> list[list[float]]:
-    """The advantage of every turn of every trajectory (groups flattened in order), by ``turn_credit``;
-    ``floor`` as :func:`group_advantages` takes it."""
+def advantages_per_turn(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> list[list[float]]:
+    """The advantage of every turn of every trajectory (groups flattened in order), by ``turn_credit``."""
     rewards, valid = shaped_rewards(groups, config)
     trajs = [t for group in groups for t in group]
     if config.turn_credit == "episode":
-        adv = group_advantages(rewards, valid, config.scale_rewards, floor=floor).flatten().tolist()
+        adv = group_advantages(rewards, valid, config.scale_rewards).flatten().tolist()
         return [[a] * len(traj.turns) for traj, a in zip(trajs, adv, strict=True)]
     width = max(len(traj.turns) for traj in trajs)
     # the return from each turn on: the sums of the (shaped) turn rewards from the last turn backwards
@@ -244,7 +229,7 @@ def advantages_per_turn(
         for traj in trajs
     ]
     padded = torch.tensor([g + [0.0] * (width - len(g)) for g in togo]).view(*rewards.shape, width)
-    rows = turn_advantages(padded, rewards, valid, config.scale_rewards, floor=floor).view(len(trajs), width).tolist()
+    rows = turn_advantages(padded, rewards, valid, config.scale_rewards).view(len(trajs), width).tolist()
     return [row[: len(traj.turns)] for traj, row in zip(trajs, rows, strict=True)]
 
 
@@ -302,18 +287,15 @@ def _run_sample(turns: Sequence[Turn], advantage: float, version: int, config: L
     )
 
 
-def build_samples(
-    groups: Sequence[Sequence[Trajectory]], config: LossConfig, floor: float | None = None
-) -> list[Sample]:
+def build_samples(groups: Sequence[Sequence[Trajectory]], config: LossConfig) -> list[Sample]:
     """The :class:`Sample` s of every trajectory: each run of :func:`chained_turns` is one sample
     (a single turn is a plain one); under ``turn_credit="reward_to_go"``, where turns' advantages
     differ, a run is cut where the advantage changes, since a sample has one. Left out: samples
     with advantage 0 when there is no KL term (no gradient, compute for nothing) and, with
-    ``overlong_filter``, turns cut off at ``max_tokens``. ``floor``: the baseline's
-    (:func:`group_advantages`)."""
+    ``overlong_filter``, turns cut off at ``max_tokens``."""
     trajs = [t for group in groups for t in group]
     samples: list[Sample] = []
-    for traj, advantages in zip(trajs, advantages_per_turn(groups, config, floor), strict=True):
+    for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True):
         samples += episode_samples(traj, advantages, config)
     return samples
 

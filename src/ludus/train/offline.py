@@ -31,14 +31,9 @@ The loss, over a minibatch's trained tokens (``ρ_t`` detached; 1 but for ``impo
 
 **Replay** (``replay: [LOGS]``, ``replay_ratio``). Online RL as usual, and each step also learns
 from logged groups whose rewards differ: ``replay_ratio`` of the step's groups are logged, the rest
-sampled now. The loss treats them as stale samples (train/grpo.py's decoupled objective): the
-ratio against the learner's weights at the step's start, each token weighted by
-``min(π_prox / π_β, importance_cap)``. Their advantages are GRPO's within their group, except
-that an episode that beats its group but not what the policy scores now (the mean reward of the
-step's fresh groups) is left out (:func:`replay_samples`). Without that, what beat a weak logger
-(a wrong answer with a few right digits) keeps being pushed up long after the policy does
-better, and replay holds the policy back; raising the baseline instead (every logged episode
-below the policy pushed down) made the updates mostly negative and unstable.
+sampled now. Logged groups get GRPO advantages within their group like fresh ones, and the loss
+treats them as stale samples (train/grpo.py's decoupled objective): the ratio against the learner's
+weights at the step's start, each token weighted by ``min(π_prox / π_β, importance_cap)``.
 """
 
 from __future__ import annotations
@@ -195,17 +190,6 @@ def step_metrics(groups: Sequence[Sequence[Trajectory]], weights: dict[int, floa
         "logged/episodes": len(episodes),
         "logged/weighted_frac": round(sum(weights[id(t)] > 0 for t in episodes) / len(episodes), 4),
     }
-
-
-def replay_samples(
-    groups: Sequence[list[Trajectory]], fresh: Sequence[Sequence[Trajectory]], config: grpo.LossConfig
-) -> list[grpo.Sample]:
-    """The step's replayed ``groups`` as samples; an episode above its group's mean but not above
-    the mean (shaped) reward of the step's ``fresh`` groups, what the policy scores now, is left
-    out (module docstring)."""
-    rewards, valid = grpo.shaped_rewards(fresh, config) if fresh else (torch.zeros(0), torch.zeros(0, dtype=torch.bool))
-    floor = float(rewards[valid].mean()) if bool(valid.any()) else None
-    return [sample for group in groups for sample in grpo.build_samples([group], config, floor=floor)]
 
 
 def replay_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:

@@ -615,12 +615,12 @@ class Trainer:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(groups)}
             record |= {"dynamic/rounds": batch.rounds} if batch.rounds else {}
         replayed = self.logged.take(step, offline.replay_size(c)) if self.logged is not None else []
+        if replayed:
+            record |= offline.replay_metrics(replayed)
         # dynamic sampling may keep no group; a logged group has the size the log gave it, so each
         # gets its advantages alone
         samples = grpo.build_samples(groups, loss) if groups else []
-        if replayed:
-            samples += offline.replay_samples(replayed, sampled, loss)
-            record |= offline.replay_metrics(replayed)
+        samples += [sample for group in replayed for sample in grpo.build_samples([group], loss)]
         try:
             record |= {"lr": lr, **grpo.update(self.learner, samples, loss)}
         except grpo.SamplerMismatch as exc:
