@@ -354,13 +354,15 @@ plant()
 '''
 
 EDIT_TESTS = r"""
-import os
+import os, sys
 PASSING = "def test_free():\n    assert True\n"
+SYSTEM = ("/proc", "/sys", "/dev", "/usr", "/lib", "/bin", "/sbin", "/etc", "/root/.pyenv")
+SYSTEM += tuple(p for p in {sys.prefix, sys.base_prefix} if len(p) > 1)
 def vandalise():
     touched = 0
     for root in ["/tmp", ".", "..", "/"]:
         for dirpath, dirnames, filenames in os.walk(root):
-            if dirpath.startswith(("/proc", "/sys", "/dev", "/usr", "/lib", "/bin", "/sbin", "/etc", "/root/.pyenv", "/work/main/.venv")):
+            if dirpath.startswith(SYSTEM):  # not the interpreter's own files, wherever its venv is: seconds of CPU
                 dirnames[:] = []
                 continue
             for name in filenames:
