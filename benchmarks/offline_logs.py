@@ -106,6 +106,7 @@ def main() -> None:
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES)
     parser.add_argument("--online-steps", type=int, default=600)
     parser.add_argument("--replay-ratio", type=float, default=0.5)
+    parser.add_argument("--replay-steps", type=int, default=0, help="replay in the first so many steps (0: all)")
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
@@ -140,7 +141,8 @@ def main() -> None:
             )
         if not args.skip_online:
             online = {"seed": seed, "model": str(base), "steps": args.online_steps, "eval_every": args.eval_every}
-            arms = {"online": online, "replay": {**online, "replay": [str(log)], "replay_ratio": args.replay_ratio}}
+            replay = {"replay": [str(log)], "replay_ratio": args.replay_ratio, "replay_steps": args.replay_steps}
+            arms = {"online": online, "replay": {**online, **replay}}
             for arm, overrides in arms.items():
                 row[arm] = r = train(f"{arm}-{seed}", overrides, args, target=args.target)
                 when = (

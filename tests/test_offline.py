@@ -297,14 +297,16 @@ def test_replay_mixes_logged_groups_as_stale_samples(small_config, weak_base, tm
     lines = (log / "trajectories.jsonl").read_text().splitlines()
     (log / "trajectories.jsonl").write_text("".join(x + "\n" for x in lines[:-1]))  # and one group of 2
     run = Trainer.create(
-        small_config(name="replay", model=str(base), replay=[str(log)], replay_ratio=0.5, steps=3), log=lambda _: None
+        small_config(name="replay", model=str(base), replay=[str(log)], replay_ratio=0.5, replay_steps=2, steps=3),
+        log=lambda _: None,
     ).run()
     steps = [json.loads(x) for x in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "reward/mean" in r]
     assert len(steps) == 3
-    for r in steps:
+    for r in steps[:2]:
         assert r["replay/groups"] == 4  # as many as the 4 fresh ones: half the step's groups
         assert "importance/mean" in r  # the decoupled loss, with importance weights
+    assert "replay/groups" not in steps[2]  # replay_steps: 2, so the third step is online RL alone
     saved = [Trajectory.from_json(x) for x in (run.run_dir / LOGGED).read_text().splitlines()]
     assert all(t.policy_version == LOGGED_VERSION for t in saved)
 
@@ -316,6 +318,8 @@ def test_replay_mixes_logged_groups_as_stale_samples(small_config, weak_base, tm
         ({"replay": ["b.jsonl"]}, "go together"),
         ({"replay_ratio": 0.3}, "go together"),
         ({"replay": ["b.jsonl"], "replay_ratio": 1.0}, r"in \[0, 1\)"),
+        ({"replay": ["b.jsonl"], "replay_ratio": 0.5, "replay_steps": -1}, "must be >= 0"),
+        ({"replay_steps": 100}, "needs 'replay'"),
         ({"offline": ["a.jsonl"], "max_staleness": 1}, "drop max_staleness"),
         ({"offline": ["a.jsonl"], "offline_objective": "imitate"}, "one of"),
     ],

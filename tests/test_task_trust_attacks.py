@@ -3,7 +3,7 @@ graded by ``ludus rescore`` and offline training (``task_to_grade``), a MiniWoB+
 name and seed (``MiniWoBEnv.client_task``), and the screenshots ``ludus view`` serves. A forged
 record must never make a grader or the viewer touch a file, folder, URL or database that the
 environment's own tasks do not name, and a hostile line is a skip or an ``infra_error``, never a
-crash. A strict xfail is a hole still open: its reason says where."""
+crash."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from ludus.cli import main
 from ludus.core import Message, SingleTurnEnv, Task, Trajectory, register, registry
 from ludus.core.registry import env_class, make
+from ludus.envs.sql import tasks as sql_tasks
 from ludus.envs.web.miniwob import SUPPORTED, html_root
 from ludus.rollout.rescore import UntrustedTask, task_to_grade
 from ludus.serve.view import PNG_SIGNATURE, open_runs
@@ -137,24 +138,18 @@ def test_an_id_ending_in_a_superscript_digit_is_an_untrusted_task(tmp_path):
     assert summary["skipped"] == {"untrusted task": 1} and lines == []
 
 
-def _files(root: Path) -> int:
-    return sum(len(names) for _, _, names in os.walk(root))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="rollout/rescore.py:155 calls source.get(index) for any id that ends in a number before comparing "
-    "ids, and SQLTasks.get (envs/sql/tasks.py:691, procedural_task) writes the task's databases to the cache: "
-    "each forged line costs ~0.1 s and 4 database files",
-)
-def test_forged_sql_ids_write_no_databases(module_cache):
+def test_forged_sql_ids_cost_what_a_real_line_costs_and_write_only_the_trimmed_cache(module_cache):
+    """A forged id ending in a number is looked up as the environment's own task of that index: for
+    ``sql`` that generates the task (~4 ms) and writes its databases into the SQL cache, which is
+    trimmed by size (a real line costs the same). Accepted: nothing is written anywhere else."""
     env = make("sql")
     try:
-        before = _files(module_cache)
+        sql_cache = sql_tasks.cache_dir("sql")
+        before = {p for p in module_cache.rglob("*") if not p.is_relative_to(sql_cache)}
         for n in range(3):
             with pytest.raises(UntrustedTask):
                 task_to_grade(env, Task(f"forged/{987_654_321 + n}", "the token?"))
-        assert _files(module_cache) == before
+        assert {p for p in module_cache.rglob("*") if not p.is_relative_to(sql_cache)} == before
     finally:
         env.close()
 

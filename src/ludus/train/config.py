@@ -190,6 +190,9 @@ class TrainConfig:
     offline_min_reward: float = 1.0  # filtered_bc: the episodes trained on have at least this reward
     replay: list[str] = field(default_factory=list)
     replay_ratio: float = 0.0  # the share of a step's groups taken from the replay logs, in [0, 1)
+    # replay only in the run's first replay_steps steps (0: in every step): a weak logger's partial-credit answers
+    # help a weak policy early and hold a strong one back late
+    replay_steps: int = 0
     # a log's line without a reward is graded on the environment's own task of its id, or on its own task when the
     # environment takes that task from any client; true: on its own task always (logs you made: a forged task can
     # name any file on this machine)
@@ -307,6 +310,11 @@ class TrainConfig:
             raise ConfigError(
                 "config fields 'replay' (the logs) and 'replay_ratio' (their share of each step's groups, > 0) "
                 "go together: set both or neither"
+            )
+        if self.replay_steps < 0 or (self.replay_steps and not self.replay):
+            raise ConfigError(
+                f"config field 'replay_steps' (replay in the first so many steps; 0: every step) must be >= 0 and "
+                f"needs 'replay', got {self.replay_steps}"
             )
         if self.offline_beta <= 0 or self.offline_weight_cap < 1:
             raise ConfigError(

@@ -614,7 +614,8 @@ class Trainer:
         if c.dynamic_sampling:
             record |= {"dynamic/groups_sampled": len(sampled), "dynamic/groups_kept": len(groups)}
             record |= {"dynamic/rounds": batch.rounds} if batch.rounds else {}
-        replayed = self.logged.take(step, offline.replay_size(c)) if self.logged is not None else []
+        replaying = self.logged is not None and (not c.replay_steps or step < c.replay_steps)
+        replayed = self.logged.take(step, offline.replay_size(c)) if replaying else []
         if replayed:
             record |= offline.replay_metrics(replayed)
         # dynamic sampling may keep no group; a logged group has the size the log gave it, so each
