@@ -309,6 +309,121 @@ def test_last_math_fallback_is_opt_in():
         MathVerifier(fallback="last_number")
 
 
+AMBIGUOUS, NO_ANSWER, FORMAT = Status.AMBIGUOUS, Status.NO_ANSWER, Status.FORMAT_ERROR
+# how reasoning models write right answers every day (issue 34), each rule with its near misses
+EVERYDAY = {
+    "several boxes for a several-value gold": [
+        (r"So \boxed{(2, 2)} \quad\text{and}\quad \boxed{(6, 2)}", "(2,2),(6,2)", CORRECT),
+        (r"\boxed{1},\boxed{2},\boxed{3}", "1,2,3", CORRECT),
+        (r"\boxed{k = 45} and \boxed{n = 2}", "k=45, n=2", CORRECT),
+        (r"\boxed{n = 2} and \boxed{k = 45}", "k=45, n=2", CORRECT),  # an assignment: by name
+        (r"\boxed{n = 45} and \boxed{k = 2}", "k=45, n=2", WRONG),
+        (r"\boxed{1},\boxed{2}", "1,2,3", WRONG),  # a subset
+        (r"\boxed{2} and \boxed{3}", "2", AMBIGUOUS),  # one value: still a hedge
+        (r"\boxed{10} and \boxed{5}", "$5$;$10$", WRONG),  # a cloze's blanks keep their order
+        (r"\boxed{5} and \boxed{10}", "$5$;$10$", CORRECT),
+        (r"the answer is \boxed{5} (write it as \boxed{})", "5", CORRECT),  # an empty box beside one is none
+    ],
+    "Minerva format, chat residue, a sentence after the answer": [
+        ("Final Answer: The final answer is 12,000,023. I hope it is correct.", "12000023", CORRECT),
+        ("Final Answer: The volume of $ABCDEFGH$ is 120.", "120", CORRECT),
+        ("Final Answer: The volume of $ABCDEFGH$ is not 120.", "120", WRONG),  # the sentence stays whole
+        ("Answer: 5, since 2 + 3 = 5", "5", CORRECT),
+        ("Answer: $5$ or 6", "5", AMBIGUOUS),  # leading math is the answer only when the sentence ends there
+        ("Answer: $5$x", "5", WRONG),
+        ("The answer is \\boxed{7}<|im_end|>\n<|im_start|>user\nAnswer: \\boxed{8}", "7", CORRECT),
+        ("<|im_start|>Answer: \\boxed{42}<|im_end|>", "42", CORRECT),
+        ("\\boxed{41}<|eot_id|>\\boxed{42}", "42", WRONG),  # after the end of the turn: not the answer
+        ("```python\nprint(f'\\\\boxed{{{x}}}')\n```\nSo it is \\boxed{9}.", "9", CORRECT),  # a program's box
+    ],
+    "double-escaped LaTeX": [
+        (r"\boxed{\\left(\\frac{1}{5},\\frac{1}{6}\\right)}", r"\left(\frac{1}{5},\frac{1}{6}\right)", CORRECT),
+        (r"\boxed{(\frac15,\frac16)}", r"\\left(\\frac{1}{5},\\frac{1}{6}\\right)", CORRECT),
+        (r"\boxed{(\frac15,\frac17)}", r"\\left(\\frac{1}{5},\\frac{1}{6}\\right)", WRONG),
+        (r"\boxed{\\dfrac{2}{3} +\frac{1}{72}}", r"\frac{49}{72}", CORRECT),  # escaped in part
+        (r"\boxed{\begin{pmatrix}1 & 2 \\ 3 & 4\end{pmatrix}}", r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", CORRECT),
+    ],
+    "labels that are expressions": [
+        (r"f(x)=1", "1", CORRECT),
+        (r"|AB|=1", "1", CORRECT),
+        (r"A:B=1", "1", CORRECT),
+        (r"\frac{NO}{BO}=\frac{1}{\sqrt6}", r"\frac{1}{\sqrt6}", CORRECT),
+        (r"D = (0, 1)", "(0,1)", CORRECT),
+        (r"D = (1, 0)", "(0,1)", WRONG),
+        (r"p=5,q=2;p=7,q=2", "(5,2),(7,2)", CORRECT),
+        (r"p=5,q=2;p=7,q=3", "(5,2),(7,2)", WRONG),
+        (r"x = 1, y = 4", "(1, 4)", CORRECT),  # names in alphabetical order: the ordered pair
+        (r"y = 4, x = 1", "(4, 1)", WRONG),  # ... never read backwards
+        (r"x^2 = 4", "4", WRONG),  # a power is no name
+        (r"2x + 3", "f(x) = 2x + 3", CORRECT),
+        (r"y = 2x + 3", "f(x) = 2x + 3", CORRECT),
+        (r"g(x) = 2x + 3", "f(x) = 2x + 3", WRONG),  # another function
+        (r"-2", r"\log_6\left(\frac{1}{36}\right) = -2", CORRECT),  # a true statement: its value
+        (r"y = \pm 2", "2, -2", CORRECT),
+        (
+            r"\mathbf{L} = \begin{pmatrix}2 & 0 \\ -3 & 5\end{pmatrix}",
+            r"\begin{pmatrix}2&0\\-3&5\end{pmatrix}",
+            CORRECT,
+        ),
+    ],
+    "inequalities and intervals": [
+        (r"-2 \le x \le 7", r"x \in [-2,7]", CORRECT),
+        (r"x \in [-2,7]", r"-2 \le x \le 7", CORRECT),
+        (r"-2 < x \le 7", r"x \in [-2,7]", WRONG),
+        (r"-2 \le y \le 7", r"x \in [-2,7]", WRONG),  # another variable
+        (r"-793 < a < 10", "(-793, 10)", CORRECT),
+        (r"x > 3", r"(3, \infty)", CORRECT),
+        (r"x \ge 3", r"(3, \infty)", WRONG),
+        (r"1\le|z|\le\frac32", r"[-\frac32,-1]\cup[1,\frac32]", CORRECT),
+        (r"1\le|z|\le\frac32", r"[1,\frac32]", WRONG),
+        (r"x<-1 \text{ or } x>2", r"(-\infty,-1)\cup(2,\infty)", CORRECT),
+        (r"x>1, x<3", "(1,3)", WRONG),  # overlapping pieces: "and" or "or"? unread
+        (r"\sin(x)^{2} + x^{9} > x^{3} - 1", "(0,1)", WRONG),  # a condition SymPy cannot solve: no set
+        (r"[-2, 1)", r"\{x \mid -2 \le x < 1\}", CORRECT),  # set-builder notation
+    ],
+    "separators": [
+        (r"11,\! 111,\! 111,\! 100", "11111111100", CORRECT),
+        (r"1\;000", "1000", CORRECT),
+        (r"\frac{12}{5525}", r"\frac{12}{5,\!525}", CORRECT),
+        (r"(1;2)", "(1,2)", CORRECT),
+        (r"(1;2)", "(2,1)", WRONG),
+        (r"(1,5; 2,5)", "(1.5, 2.5)", FORMAT),  # decimal commas inside: not read
+        (r"11", "$21,16$ or $11$", CORRECT),  # alternatives of different shapes: any one
+        (r"16, 21", "$21,16$ or $11$", CORRECT),
+        (r"21", "$21,16$ or $11$", WRONG),
+        (r"(7,11)", "(11,7)or(7,11)", CORRECT),
+        (r"(7,12)", "(11,7)or(7,11)", WRONG),
+        (r"9", "$5$ or $9$", WRONG),  # single values: all of them
+        (r"5, 9", "$5$ or $9$", CORRECT),
+        (r"1", "x = 1 or x = 2", WRONG),
+    ],
+    "long decimals": [
+        (r"0.0833333333333333", r"\frac{1}{12}", CORRECT),
+        (r"0.083333", r"\frac{1}{12}", WRONG),  # five significant digits: an approximation
+        (r"0.666666", r"\frac{2}{3}", CORRECT),  # cut, not rounded
+        (r"0.666667", r"\frac{2}{3}", CORRECT),
+        (r"0.666", r"\frac{2}{3}", WRONG),
+        (r"\frac{2}{3}", "0.6666666666666666", CORRECT),  # the gold's direction
+        (r"0.66666667", "0.6666666666666666", CORRECT),
+        (r"0.667", "0.6666666666666666", WRONG),
+        (r"2.314814814815 \times 10^{-3}", r"\frac{1}{432}", CORRECT),
+        (r"0.142857", r"-\frac{1}{7}", WRONG),
+        (r"0.8660254037844386", r"\frac{\sqrt{3}}{2}", CORRECT),  # ten digits or more of an irrational
+        (r"0.866025", r"\frac{\sqrt{3}}{2}", WRONG),
+        (r"3.14", r"\pi", WRONG),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "status"), [case for cases in EVERYDAY.values() for case in cases], ids=lambda v: str(v)[:30]
+)
+def test_everyday_notation_of_right_answers(answer, gold, status):
+    reply = answer if any(m in answer for m in ("\\boxed", "Answer", "answer")) else boxed(answer)
+    score = judge(reply, gold)
+    assert score.status == status, score.reason
+
+
 REGRESSION = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "math_regression.jsonl"
 
 
@@ -316,7 +431,8 @@ def test_the_regression_corpus_has_no_false_positive_and_every_claimed_positive(
     """benchmarks/data/math_regression.jsonl: real notation and near misses from other graders' suites.
 
     Items marked ``known_miss`` are positives the verifier does not read yet: they must still be
-    rejected without a crash, so that fixing one shows up here (and the mark must then go)."""
+    rejected without a crash, so that fixing one shows up here (and the mark must then go). An item with
+    ``expected_status: timeout`` is a near miss no bounded comparison decides (a power tower)."""
     items = [json.loads(line) for line in REGRESSION.read_text().splitlines() if line.strip()]
     assert len(items) >= 300 and sum(not i["equivalent"] for i in items) >= len(items) // 3
     scores = MathVerifier(workers=2, timeout_s=10).score_many([(i["completion"], i["gold"]) for i in items])
@@ -327,7 +443,11 @@ def test_the_regression_corpus_has_no_false_positive_and_every_claimed_positive(
         if i["equivalent"] and not i.get("known_miss") and s.status != CORRECT
     ]
     fixed = [i["id"] for i, s in zip(items, scores, strict=True) if i.get("known_miss") and s.status == CORRECT]
-    crashed = [i["id"] for i, s in zip(items, scores, strict=True) if s.status in (Status.INFRA_ERROR, Status.TIMEOUT)]
+    crashed = [
+        i["id"]
+        for i, s in zip(items, scores, strict=True)
+        if s.status in (Status.INFRA_ERROR, Status.TIMEOUT) and i.get("expected_status") != s.status
+    ]
     assert not false_positives and not missed and not fixed and not crashed, (false_positives, missed, fixed, crashed)
 
 
@@ -524,6 +644,11 @@ HOSTILE_MB = {  # a megabyte each: the extraction used to rescan the reply from 
     "an answer line of spaces": ("Answer: 3" + " " * 1_000_000 + "x", None),
     "the answer is, again and again": ("the answer is " * 70_000 + "3", None),
     "unclosed \\( and \\[": ("\\(" * 250_000 + "\\[" * 250_000 + "$3$", "last_math"),
+    "chat-template tokens": ("<|im_start|>" * 80_000 + "Answer: 3", None),
+    "code fences": ("```" * 300_000 + "\\boxed{3}", None),
+    "a subject that never says is": ("Answer: the " + "a " * 500_000, None),
+    "unclosed math in an answer line": ("Answer: x " + "\\(" * 250_000 + ". 3", None),
+    "reasons, again and again": ("Answer: 3" + ", since" * 140_000, None),
 }
 
 

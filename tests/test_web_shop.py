@@ -420,8 +420,25 @@ def test_a_single_final_full_stop_is_ignored_after_a_number_too() -> None:
         assert grade(task, app, f"{value}..").status == Status.FORMAT_ERROR
         assert not grade(task, app, f"{value}.3").correct and not grade(task, app, f"{value}. 3").correct
     assert grade(price, episode(price), f"{price.answer}.3").status == Status.FORMAT_ERROR  # 79.5.3
+    assert grade(price, episode(price), f"{price.answer}.0").status == Status.FORMAT_ERROR  # 79.5.0
+    assert grade(price, episode(price), f"{price.answer}.0.").status == Status.FORMAT_ERROR
     code = episode(price).setting("currency")
     assert grade(price, episode(price), f"{CURRENCIES[code][0]}{price.answer}.").correct
+
+
+def test_the_sentence_full_stop_may_sit_inside_the_quotes_but_only_one_is_ignored() -> None:
+    """An answer quoted with the sentence's full stop inside the quotes ("79.5.") is 79.5, as after them; a
+    stop inside and one outside are two, not a number."""
+    price = next(t for t in map(lambda i: task_of("product_price", i), range(50)) if "." in t.answer)
+    named = task_of("cheapest_filtered")
+    for task, value in ((price, price.answer), (named, named.answer)):
+        app = episode(task)
+        for quote in "\"'`":
+            assert grade(task, app, f"{quote}{value}.{quote}").correct, (quote, value)
+            assert grade(task, app, f"{quote}{value}{quote}.").correct, (quote, value)
+            assert not grade(task, app, f"{quote}{value}.{quote}.").correct, (quote, value)
+    assert grade(price, episode(price), f'"{price.answer}.3."').status == Status.FORMAT_ERROR
+    assert grade(price, episode(price), f'"{price.answer}.".').status == Status.FORMAT_ERROR
 
 
 def test_a_lookup_that_changed_data_is_wrong() -> None:

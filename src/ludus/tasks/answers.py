@@ -34,19 +34,34 @@ _ANSWER_CLOSE = re.compile(r"</answer>", re.I)
 # Each answer runs to the end of its line; trailing spaces are stripped in code (a lazy group before
 # "[ \t]*$" would retry the space run from every position: quadratic in a line of spaces).
 _GSM8K = re.compile(r"^[ \t]*####[ \t]*(.*)$", re.M)
-_LINE_HEAD = r"[ \t>*#_]*(?:final[ \t]+answer|answer)[ \t*_]*[:：][ \t*_]*"  # "Answer: 5", "**Final answer:** 5"
-_SENTENCE_HEAD = r"(?:the[ \t]+)?(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*"  # "The final answer is 5."
-_ANSWER_LINE = re.compile(rf"^{_LINE_HEAD}(.*)$|\b{_SENTENCE_HEAD}(.*)$", re.M | re.I)
-_HEAD_HERE = re.compile(rf"{_LINE_HEAD}|{_SENTENCE_HEAD}", re.I)
-_SENTENCE_LATER = re.compile(rf"\b{_SENTENCE_HEAD}", re.I)
+# "Answer: 5", "**Final answer:** 5"; after the colon only the emphasis that closes the marker is skipped, so an
+# answer may open with "_" or "*" (a board row "_ Q _ _")
+LINE_HEAD = r"[ \t>*#_]*(?:final[ \t]+answer|answer)[ \t*_]*[:：][*_]*[ \t]*"
+SENTENCE_HEAD = r"(?:the[ \t]+)?(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*"  # "The final answer is 5."
+_ANSWER_LINE = re.compile(rf"^{LINE_HEAD}(.*)$|\b{SENTENCE_HEAD}(.*)$", re.M | re.I)
+_HEAD_HERE = re.compile(rf"{LINE_HEAD}|{SENTENCE_HEAD}", re.I)
+_SENTENCE_LATER = re.compile(rf"\b{SENTENCE_HEAD}", re.I)
 # $5$, \(5\), \[5\]; an escaped dollar (\$) inside is money, not the end of the math: $\$18.90$
 _LEADING_MATH = re.compile(r"^(?:\$+((?:\\\$|[^$])+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\])", re.S)
 _MATH_SPANS = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$((?:\\\$|[^$])+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _LAST_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:/\d+)?")
 
 
+# chat-template tokens: a reply ends at the first one (what follows, a made-up user turn, is not the answer)
+_END_OF_TURN = re.compile(
+    r"<\|(?:im_start|im_end|endoftext|end_of_text|eot_id|start_header_id|end_header_id|eom_id|end|user|assistant"
+    r"|system)\|>|</s>|<(?:start|end)_of_turn>|<\uff5c[^<>\uff5c]{1,40}\uff5c>"
+)
+
+
 def reply_after_reasoning(text: str) -> str | None:
-    """The part of ``text`` after the last ``</think>``; ``None`` if reasoning was opened but never closed."""
+    """The part of ``text`` after the last ``</think>``, up to the first chat-template token (``<|im_end|>``,
+    ``<|eot_id|>``, ``</s>``…) after any it starts with; ``None`` if reasoning was opened but never closed."""
+    start = 0
+    while (header := _END_OF_TURN.match(text, start)) is not None:  # "<|im_start|>Answer: …": the turn's header
+        start = header.end()
+    end = _END_OF_TURN.search(text, start)
+    text = text[start : end.start() if end is not None else len(text)]
     head, sep, tail = text.rpartition("</think>")
     if sep:
         return tail
@@ -100,7 +115,7 @@ def _answer_tags(text: str) -> list[str]:
     return found
 
 
-def _last_statement(answer: str) -> str:
+def last_statement(answer: str) -> str:
     """What follows the last "answer is" / "Answer:" in ``answer`` (itself after one): each found from
     where the previous one ended, so the line is read once."""
     pos = 0
@@ -112,15 +127,45 @@ def _last_statement(answer: str) -> str:
 
 
 def _answer_lines(text: str) -> list[str]:
-    """Every answer line; within one line the last statement wins ("the answer is 4… no, the answer is 3")."""
+    """Every answer line; within one line the last statement wins ("the answer is 4… no, the answer is 3"),
+    "The volume of $V$ is 120." is what its first "is" states, and the answer ends with its sentence
+    ("12,000,023. I hope it is correct." is 12,000,023; "5, since …" is 5)."""
     found = []
     for line_form, sentence_form in _ANSWER_LINE.findall(text):
-        answer = _last_statement((line_form or sentence_form).strip())
-        math = _LEADING_MATH.match(answer)  # "$5$. I hope it is correct." -> "5"
-        if math:
-            answer = next(g for g in math.groups() if g is not None).strip()
+        answer = last_statement((line_form or sentence_form).strip())
+        math = leading_math(answer)  # "$5$. I hope it is correct." -> "5"
+        if math is None:
+            answer = _first_sentence(answer)
+            subject = _SUBJECT_IS.match(answer)
+            if subject:  # "The volume of $ABCDEFGH$ is 120" -> "120"
+                answer = answer[subject.end() :]
+                math = leading_math(answer)
+        answer = answer if math is None else math
         found.append(answer[:-1].rstrip() if answer.endswith(".") else answer)
     return found
+
+
+def leading_math(answer: str) -> str | None:
+    """The math span ``answer`` starts with when only its sentence's end follows (``$5$.``, ``$5$, since …``);
+    ``None`` when more of the answer does (``$5$ or 6``, ``$5$x``: the whole line is the answer)."""
+    math = _LEADING_MATH.match(answer)
+    if math is None or not _AFTER_ANSWER.match(answer, math.end()):
+        return None
+    return next(g for g in math.groups() if g is not None).strip()
+
+
+# a sentence ends at ". ", "! ", "? " (never inside a number: "3.5") or at a clause giving a reason
+_AFTER_ANSWER = re.compile(r"\s*$|[.!?,;:](?:\s|$)")
+SENTENCE_END = re.compile(r"[.!?](?=\s)|,[ \t]+(?:since|because|as|which|so|where|given|thus|hence)(?![^\W\d_])", re.I)
+# "The volume of $V$ is …": a subject that starts with "the", up to its first verb (never "is not")
+_SUBJECT_IS = re.compile(r"the[ \t][^=<>]*?[ \t](?:is|are|equals|was|were)[ \t]+(?!not(?![A-Za-z]))", re.I)
+
+
+def _first_sentence(answer: str) -> str:
+    """``answer`` up to the end of its first sentence, outside math spans (``$…$``)."""
+    masked = _MATH_SPANS.sub(lambda m: "\0" * len(m.group(0)), _unclosed_masked(answer))
+    end = SENTENCE_END.search(masked)
+    return answer[: end.start()].rstrip() if end else answer
 
 
 def find_answers(
@@ -134,22 +179,31 @@ def find_answers(
     reply = reply_after_reasoning(text)
     if reply is None:
         return [], "the reply opens <think> but never closes it"
+    # a box a program prints is not the answer: fenced blocks are read only when the prose marks none
+    prose = _CODE_BLOCK.sub(lambda m: " " * len(m.group(0)), reply) if "```" in reply else reply
     for marker in priority:
-        if marker == "boxed":
-            found = boxed_contents(reply)
-        elif marker == "answer_tag":
-            found = _answer_tags(reply)
-        elif marker == "gsm8k":
-            found = _GSM8K.findall(reply)
-        elif marker == "answer_line":
-            found = _answer_lines(reply)
-        else:
-            raise ValueError(f"unknown answer marker {marker!r}; choose from {', '.join(MARKERS)}")
+        found = _marked(prose, marker) or (_marked(reply, marker) if prose is not reply else [])
         if found:
             return [f.strip() for f in found], DESCRIBED[marker]
     if whole_reply and reply.strip():
         return [reply.strip()], "whole reply"
     return [], "no final answer marked (" + ", ".join(DESCRIBED[m] for m in priority) + ")"
+
+
+_CODE_BLOCK = re.compile(r"```.*?```", re.S)  # a fenced block: code, or a tool's output
+
+
+def _marked(reply: str, marker: Marker) -> list[str]:
+    """Every answer ``marker`` marks in ``reply``."""
+    if marker == "boxed":
+        return boxed_contents(reply)
+    if marker == "answer_tag":
+        return _answer_tags(reply)
+    if marker == "gsm8k":
+        return _GSM8K.findall(reply)
+    if marker == "answer_line":
+        return _answer_lines(reply)
+    raise ValueError(f"unknown answer marker {marker!r}; choose from {', '.join(MARKERS)}")
 
 
 def _without_unclosed(text: str, opener: str, closer: str) -> str:
@@ -159,13 +213,19 @@ def _without_unclosed(text: str, opener: str, closer: str) -> str:
     return text[:cut] + text[cut:].replace(opener, "\0" * len(opener))
 
 
+def _unclosed_masked(text: str) -> str:
+    """``text`` with every ``\\(`` and ``\\[`` that is never closed masked (same length): :data:`_MATH_SPANS`
+    then scans it in linear time."""
+    return _without_unclosed(_without_unclosed(text, "\\(", "\\)"), "\\[", "\\]")
+
+
 def last_math(text: str) -> tuple[list[str], str]:
     """For evaluating free-form replies with no marker: the last math span (``$…$``, ``$$…$$``, ``\\(…\\)``,
     ``\\[…\\]``) after the reasoning, else the last number. Training should keep requiring a marker."""
     reply = reply_after_reasoning(text)
     if reply is None:
         return [], "the reply opens <think> but never closes it"
-    masked = _without_unclosed(_without_unclosed(reply, "\\(", "\\)"), "\\[", "\\]")
+    masked = _unclosed_masked(reply)
     spans: list[str] = []
     for m in _MATH_SPANS.finditer(masked):
         start, end = m.span(m.lastindex or 0)  # the group of the alternative that matched, read in the reply

@@ -212,7 +212,8 @@ class Relation:
 
 @dataclass(frozen=True)
 class Bracketed:
-    """An ordered sequence with its brackets: a tuple ``(1, 2)`` or an interval ``[0, \\infty)``."""
+    """An ordered sequence with its brackets: a tuple ``(1, 2)``, an interval ``[0, \\infty)``; none: the answers
+    of ordered blanks (a gold ``5; 10``)."""
 
     open: str
     close: str
@@ -285,6 +286,13 @@ class ClockTime:
     half: str | None  # "am", "pm" or None
 
 
+@dataclass(frozen=True)
+class Alternatives:
+    """A gold that offers several right answers: ``(11,7) \\text{ or } (7,11)``, ``21, 16 \\text{ or } 11``."""
+
+    options: tuple[Answer, ...]
+
+
 Answer = Union[  # noqa: UP007
     Expr,
     Text,
@@ -300,6 +308,7 @@ Answer = Union[  # noqa: UP007
     Approximate,
     BaseNumber,
     ClockTime,
+    Alternatives,
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +351,10 @@ _DOLLAR = re.compile(r"\\\$|\$")
 _FRAC_VARIANTS = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # a thousands group is exactly three digits, the first group has no leading zero ("0,111" is a decimal
 # comma), and a decimal part may follow: 1,000.99
-_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:(?:,\\!|,|\{,\}|\\,| )\d{3})+)(?!\d|,\d)(?!\.\d*[.,]\d)")
+_THOUSANDS = re.compile(
+    r"(?<![\d.,])([1-9]\d{0,2})((?:(?:, ?\\! ?|,|\{,\}|\\[,;:]|\\ |~| )\d{3})+)(?!\d|,\d)(?!\.\d*[.,]\d)"
+)  # separators: 1,000  1{,}000  1,\!000  11,\! 111 (spaces around \!)  1\,000  1\;000  1\ 000  1~000  1 000
+_ONLY_THOUSANDS = re.compile(r"(?:(?:, ?\\! ?|\{,\})\d{3})+")  # separators never used between items: also in brackets
 _DECIMAL_COMMA = re.compile(r"^([+-]?\s*)0(?:,|\{,\})(\d+)$")
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|operatorname)\s*\{([^{}]*)\}")
 _TRAILING_TEXT = re.compile(
@@ -436,21 +448,40 @@ def _mixed(m: re.Match[str]) -> str:
 
 def _merge_thousands(text: str) -> str:
     """``1,000,000`` / ``1{,}000`` / ``1\\,000`` → ``1000000``, but only outside brackets, where a comma
-    could separate the items of a tuple or an interval."""
+    could separate the items of a tuple or an interval (``,\\!`` and ``{,}`` never do: ``\\frac{12}{5,\\!525}``)."""
     out, depth, last = [], 0, 0
     for m in _THOUSANDS.finditer(text):
         depth += sum(text.count(c, last, m.start()) for c in "([{") - sum(text.count(c, last, m.start()) for c in ")]}")
         out.append(text[last : m.start()])
-        out.append(m.group(0) if depth > 0 else m.group(1) + re.sub(r",\\!|\{,\}|\\,|,| ", "", m.group(2)))
+        merge = depth == 0 or _ONLY_THOUSANDS.fullmatch(m.group(2))
+        out.append(m.group(1) + re.sub(r"\D", "", m.group(2)) if merge else m.group(0))
         last = m.end()
     out.append(text[last:])
     return "".join(out)
+
+
+_DOUBLED_COMMAND = re.compile(r"\\\\[A-Za-z]")  # \\frac: a command whose backslash was escaped twice
+
+
+def undoubled(text: str) -> str:
+    """LaTeX escaped twice by a JSON dump (``\\\\frac{1}{5}``, ``-2 \\\\le x``) as written once, when a doubled
+    backslash starts a command (``\\\\`` before a letter is no line break in an answer): every backslash halved
+    where all are doubled, else only those commands' and only outside environments (a matrix's row breaks,
+    ``1 \\\\ x``, stay)."""
+    if "\\\\" not in text or not _DOUBLED_COMMAND.search(text):
+        return text
+    if "\\" not in text.replace("\\\\", ""):
+        return text.replace("\\\\", "\\")
+    if "begin{" in text:  # an environment with rows: \\ may break them
+        return text
+    return _DOUBLED_COMMAND.sub(lambda m: m.group(0)[1:], text)  # \\dfrac{2}{3} + \frac{1}{72}: escaped in part
 
 
 def normalise(text: str, *, decimal_comma: bool = True) -> str:
     """One spelling for equal things: unicode, spacing, ``\\dfrac``, thousands separators, units.
 
     ``decimal_comma``: read a lone ``0,111`` as 0.111 (never when a list is expected)."""
+    text = undoubled(text)
     number_in_text = _NUMBER_IN_TEXT.match(text.strip())
     if number_in_text:  # \textbf{150 km} -> 150 km
         text = number_in_text.group(1)
@@ -1072,9 +1103,12 @@ _NAME = r"(?:[A-Za-z]|\\[a-zA-Z]+)(?:_\{?[A-Za-z0-9]+\}?)?'*"
 _TUPLE_LABEL = re.compile(rf"^\(\s*{_NAME}(?:\s*,\s*{_NAME})+\s*\)$")
 _RATIO_LABEL = re.compile(rf"^{_NAME}(?:\s*:\s*{_NAME})+$")
 _TEXT_LABEL = re.compile(r"^\\(?:text|textrm|textnormal|mathrm)\s*\{\s*[A-Za-z][A-Za-z ]*\}$")  # \text{Area} = 25
+_SET_BUILDER = re.compile(rf"^\\\{{\s*({_NAME})\s*(?:\||:|\\mid)\s*(.+?)\s*\\\}}$", re.S)
 _MEMBERSHIP = re.compile(rf"^({_NAME})\s*\\in(?![a-zA-Z])\s*(.+)$", re.S)
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})\s*(?:\\text\{\s*)?([ap])?\.?\s*(?:m\.?)?\s*\}?$", re.I)
 _BASE = re.compile(r"^([0-9A-Z]+)_\{?(\d{1,2})\}?$")
+# one solution given as assignments to several names: "p = 5, q = 2"
+_ASSIGNMENTS = re.compile(rf"^\s*{_NAME}\s*=\s*[^=,;]+(?:,\s*{_NAME}\s*=\s*[^=,;]+)+$")
 _CONNECTIVE = re.compile(r"\\text\{\s*(or|and)\s*\}|(?<![a-zA-Z\\])(or|and)(?![a-zA-Z])")
 
 
@@ -1115,16 +1149,33 @@ def _top_level_equals(text: str) -> int | None:
     return len(parts[0])
 
 
-def _connectives_to_commas(text: str, words: tuple[str, ...]) -> str:
-    """``1 \\text{ and } 4`` → ``1 , 4`` (and "or" where the gold lists solutions), outside brackets only."""
-    out, last, depth = [], 0, 0
+def _connectives(text: str, words: tuple[str, ...]) -> list[re.Match[str]]:
+    """The connectives among ``words`` ("and", "or", also as ``\\text{ or }``) outside every bracket."""
+    found, last, depth = [], 0, 0
     for m in _CONNECTIVE.finditer(text):
         depth += sum(text.count(c, last, m.start()) for c in "([{") - sum(text.count(c, last, m.start()) for c in ")]}")
-        out.append(text[last : m.start()])
-        out.append(" , " if depth == 0 and (m.group(1) or m.group(2)) in words else m.group(0))
+        last = m.start()
+        if depth == 0 and (m.group(1) or m.group(2)) in words:
+            found.append(m)
+    return found
+
+
+def _connectives_to_commas(text: str, words: tuple[str, ...]) -> str:
+    """``1 \\text{ and } 4`` → ``1 , 4`` (and "or" where the gold lists solutions), outside brackets only."""
+    out, last = [], 0
+    for m in _connectives(text, words):
+        out += [text[last : m.start()], " , "]
         last = m.end()
-    out.append(text[last:])
-    return "".join(out)
+    return "".join(out) + text[last:]
+
+
+def split_alternatives(text: str) -> list[str]:
+    """``(11,7) or (7,11)``, ``$21,16$ or $11$`` → its parts at each "or" outside brackets."""
+    parts, last = [], 0
+    for m in _connectives(text, ("or",)):
+        parts.append(text[last : m.start()])
+        last = m.end()
+    return [*parts, text[last:]]
 
 
 def _list_items(items: list[str]) -> list[str]:
@@ -1167,6 +1218,7 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         return Choice(letters[0])
     if text == r"\emptyset":
         return Collection(())
+    text = _semicolons_as_commas(text)
     matrix = _MATRIX.match(text)
     if matrix is None and text.startswith("(") and text.endswith(")") and text.count(r"\begin{") == 1:
         matrix = _MATRIX.match(text[1:-1].strip())  # (\begin{pmatrix}…\end{pmatrix}): one matrix in parentheses
@@ -1178,6 +1230,9 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         digits, radix = base.group(1), int(base.group(2))
         if 2 <= radix <= 36 and all(int(c, 36) < radix for c in digits) and len(digits) <= 100:
             return BaseNumber(int(digits, radix), radix)
+    builder = _SET_BUILDER.match(text)
+    if builder:  # \{x \mid -2 \le x < 1\}: the set its condition states
+        return Labelled(_label(builder.group(1)), sub(builder.group(2)))
     member = _MEMBERSHIP.match(text)
     if member and len(split_top_level(member.group(2), (",", ";"))) == 1:  # x ∈ {1}, y ∈ {2} is a list of two
         return Labelled(_label(member.group(1)), sub(member.group(2)))
@@ -1186,6 +1241,9 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         return IntervalUnion(tuple(sub(p) for p in pieces))
     if not _PLAIN_WORDS.match(text):
         text = _connectives_to_commas(text, ("and", "or") if alternatives else ("and",))
+    groups = [g for g in split_top_level(text, (";",)) if g.strip()]
+    if len(groups) > 1 and all(_ASSIGNMENTS.match(g) for g in groups):  # p=5, q=2; p=7, q=2: two solutions
+        return Collection(tuple(sub(g) for g in groups))
     items = [i for i in split_top_level(text, (",", ";")) if i.strip()]
     if len(items) > 1:
         return Collection(_flatten_plus_minus(items, [sub(i) for i in _list_items(items)]))
@@ -1195,9 +1253,14 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
         if (
             _TUPLE_LABEL.match(lhs)
             or _TEXT_LABEL.match(lhs)
-            or (_RATIO_LABEL.match(lhs.replace(r"\colon", ":")) and ":" in rhs)
-        ):
+            or _RATIO_LABEL.match(lhs.replace(r"\colon", ":"))  # A:B = 1 (the ratio's value), V_1:V_2 = 11:21
+            or (re.fullmatch(_NAME, lhs) and _outer_brackets(rhs) and len(split_top_level(rhs[1:-1], (",",))) > 1)
+            or (re.fullmatch(_NAME, lhs.strip("{} ")) and _MATRIX.match(rhs))
+        ):  # ... and D = (0, 1), a point named by a letter; \mathbf{L} = \begin{pmatrix}…, a named matrix
             return Labelled(_label(lhs.replace(r"\colon", ":")), sub(rhs))
+        if re.fullmatch(_NAME, lhs) and (r"\pm" in rhs or r"\mp" in rhs) and not (r"\pm" in lhs or r"\mp" in lhs):
+            name, values = parse_expression(lhs), _plus_minus(rhs)  # y = \pm 2: the two values, each given to y
+            return Collection(tuple(Relation("=", name, v.value) for v in values.items if isinstance(v, Expr)))
     if r"\approx" in text:
         return _approximate(text, depth, alternatives)
     terms = split_top_level(text.replace(r"\colon", ":"), (":",))
@@ -1234,6 +1297,19 @@ def _parse(text: str, as_choice: bool, depth: int, alternatives: bool = False) -
             return Text(inner.lower().replace(" ", ""))
     decimals = _number_decimals(text)
     return Expr(parse_expression(text), decimals)
+
+
+def _semicolons_as_commas(text: str) -> str:
+    """``(1; 2)`` → ``(1, 2)``: inside one pair of brackets, semicolons separate the items where no comma does."""
+    outer = _outer_brackets(text)
+    if outer is None:
+        return text
+    inner = outer[1]
+    items = split_top_level(inner, (";",))
+    if len(items) == 1 or len(split_top_level(inner, (",",))) > 1:
+        return text
+    bracket = 2 if text.startswith("\\{") else 1
+    return text[:bracket] + ",".join(items) + text[-bracket:]
 
 
 def _outer_braces(text: str) -> bool:
@@ -1274,8 +1350,12 @@ def _looks_like_math_word(text: str) -> bool:
 
 
 def _number_decimals(text: str) -> int | None:
-    m = re.fullmatch(r"[+-]?\s*(\d*\.(\d+)|\d+\.)", text.replace(" ", ""))
-    return len(m.group(2) or "") if m else None
+    """The decimal places of a plain decimal (``6.28``: 2), also in scientific notation (``2.31 \\times 10^{-3}``: 5)."""
+    m = re.fullmatch(r"[+-]?(\d*\.(\d+)|\d+\.)(?:(?:\\times|\\cdot)10\^\{?([+-]?\d{1,4})\}?)?", text.replace(" ", ""))
+    if not m:
+        return None
+    places = len(m.group(2) or "") - int(m.group(3) or 0)
+    return places if places >= 0 else None
 
 
 def _relation(text: str) -> Answer | None:
@@ -1304,7 +1384,7 @@ def _relation(text: str) -> Answer | None:
     return relations[0] if len(relations) == 1 else Chain(relations)
 
 
-def _plus_minus(text: str) -> Answer:
+def _plus_minus(text: str) -> Collection:
     """``a \\pm b`` is the two answers ``a + b`` and ``a - b``."""
     if text.count(r"\pm") + text.count(r"\mp") > 1:
         raise ParseError("more than one \\pm")

@@ -45,10 +45,12 @@ The rules (each has a test in ``tests/test_math_verifier.py``):
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Literal
 
 import sympy
@@ -56,6 +58,7 @@ import sympy
 from ludus.core.types import Score, Status
 from ludus.envs.math.guard import GuardedPool, cpu_count
 from ludus.envs.math.latex import (
+    Alternatives,
     Answer,
     Approximate,
     BaseNumber,
@@ -78,6 +81,9 @@ from ludus.envs.math.latex import (
     is_hedged,
     normalise,
     parse_answer,
+    parse_expression,
+    split_alternatives,
+    split_top_level,
     split_unit,
     unit_word,
 )
@@ -172,10 +178,14 @@ def relations_equal(a: Relation, g: Relation) -> bool:
 
 
 def _is_label(e: sympy.Expr) -> bool:
-    """A name on the left of ``=``: ``x``, ``m_1``, ``AB`` (a segment), ``f(x)`` (read as f·x), never ``x + y`` or ``2x``."""
+    """A name on the left of ``=``: ``x``, ``m_1``, ``AB`` (a segment), ``f(x)`` (read as f·x), ``|AB|``, a ratio of
+    names ``\\frac{NO}{BO}``; never ``x + y``, ``2x`` or ``x^2``."""
     if e.is_Symbol:
         return True
-    return bool(e.is_Mul and all(f.is_Symbol for f in e.args) and len(set(e.args)) == len(e.args))
+    if isinstance(e, sympy.Abs):
+        return _is_label(e.args[0])
+    factors = [f.base if f.is_Pow and f.exp == -1 else f for f in e.args] if e.is_Mul else []
+    return bool(factors) and all(f.is_Symbol for f in factors) and len(set(factors)) == len(factors)
 
 
 def _as_value(a: Answer) -> Answer:
@@ -196,6 +206,122 @@ def _as_value(a: Answer) -> Answer:
     if isinstance(a, Collection) and len(a.items) == 1:
         return _as_value(a.items[0])
     return a
+
+
+# ---- sets of real numbers: intervals, their unions, and the inequalities that state them ----
+
+_ORDER = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge}
+_REAL = sympy.Dummy("t", real=True)
+
+
+def _inequality(a: Answer) -> bool:
+    """``x > 3``, ``-2 \\le x \\le 7``, ``x < -1 \\text{ or } x > 2``: a set of reals stated by inequalities."""
+    if isinstance(a, Relation):
+        return a.op in _ORDER
+    if isinstance(a, Chain):
+        return all(r.op in _ORDER for r in a.relations)
+    if isinstance(a, Collection):
+        return len(a.items) > 1 and all(_inequality(i) for i in a.items)
+    return isinstance(a, Labelled) and _inequality(a.value)
+
+
+def _as_set(a: Answer) -> tuple[str | None, sympy.Set] | None:
+    """The set of reals ``a`` states and the variable it names (``None``: none), or ``None`` if it states none."""
+    if isinstance(a, Labelled):
+        inner = _as_set(a.value)
+        return (a.label, inner[1]) if inner is not None and inner[0] in (None, a.label) else None
+    if isinstance(a, Bracketed) and len(a.items) == 2 and a.open in "([" and a.close in ")]":
+        ends = [i.value if isinstance(i, Expr) else None for i in a.items]
+        if any(e is None or not e.is_extended_real for e in ends) or not bool(ends[0] < ends[1]):  # type: ignore[operator]
+            return None
+        return None, sympy.Interval(ends[0], ends[1], a.open == "(" or ends[0] == -sympy.oo, a.close == ")")
+    if isinstance(a, IntervalUnion):
+        pieces = [_as_set(p) for p in a.pieces]
+        if any(p is None or p[0] is not None for p in pieces):
+            return None
+        return None, sympy.Union(*(p[1] for p in pieces))  # type: ignore[index]
+    relations = a.relations if isinstance(a, Chain) else (a,) if isinstance(a, Relation) else ()
+    if relations and all(r.op in _ORDER for r in relations):
+        names = set().union(*((r.lhs - r.rhs).free_symbols for r in relations))
+        if len(names) != 1:
+            return None
+        (name,) = names
+        solved = sympy.Interval(-sympy.oo, sympy.oo)
+        try:
+            for r in relations:
+                solved = solved.intersect(_solved(r, name))
+        except (NotImplementedError, ValueError, TypeError, sympy.polys.polyerrors.BasePolynomialError):
+            return None  # a condition SymPy cannot solve states no set we can compare
+        return str(name), solved
+    if isinstance(a, Collection) and _inequality(a):  # "x < -1 or x > 2": pieces that do not overlap
+        pieces = [_as_set(i) for i in a.items]
+        if any(p is None for p in pieces) or len({p[0] for p in pieces}) != 1:  # type: ignore[index]
+            return None
+        sets = [p[1] for p in pieces]  # type: ignore[index]
+        if any(x.intersect(y) != sympy.S.EmptySet for k, x in enumerate(sets) for y in sets[k + 1 :]):
+            return None  # "x > 1, x < 3": a union or both conditions at once? unread
+        return pieces[0][0], sympy.Union(*sets)  # type: ignore[index]
+    return None
+
+
+def _solved(r: Relation, name: sympy.Symbol) -> sympy.Set:
+    """The reals where ``r`` holds: ``x < 3`` and ``3 > x`` at once, anything else by SymPy (``|x - 1| < 2``)."""
+    op, bound = (r.op, r.rhs) if r.lhs == name else (_FLIP.get(r.op, r.op.replace("<", ">")), r.lhs)
+    if name in (r.lhs, r.rhs) and bound.is_number and bound.is_extended_real:
+        if op.startswith("<"):
+            return sympy.Interval(-sympy.oo, bound, True, op == "<")
+        return sympy.Interval(bound, sympy.oo, op == ">", True)
+    condition = _ORDER[r.op](r.lhs.subs(name, _REAL), r.rhs.subs(name, _REAL))
+    return sympy.solve_univariate_inequality(condition, _REAL, relational=False)
+
+
+def _intervals(s: sympy.Set) -> list[sympy.Interval] | None:
+    pieces = list(s.args) if isinstance(s, sympy.Union) else [s]
+    if not all(isinstance(p, sympy.Interval) for p in pieces):
+        return None
+    return sorted(pieces, key=lambda p: float(p.start))
+
+
+def _sets_match(a: Answer, g: Answer) -> bool | None:
+    """Whether ``a`` and ``g`` state the same set of reals (an interval, a union, inequalities in one variable);
+    ``None`` when either states none."""
+    mine, gold = _as_set(a), _as_set(g)
+    if mine is None or gold is None:
+        return None
+    if mine[0] is not None and gold[0] is not None and mine[0] != gold[0]:
+        return False  # y > 3 is no answer to x > 3
+    if mine[1] == gold[1]:
+        return True
+    x, y = _intervals(mine[1]), _intervals(gold[1])
+    if x is None or y is None or len(x) != len(y):
+        return False
+    return all(
+        p.left_open == q.left_open
+        and p.right_open == q.right_open
+        and values_equal(p.start, q.start)
+        and values_equal(p.end, q.end)
+        for p, q in zip(x, y, strict=True)
+    )
+
+
+def _assignment(a: Answer) -> dict[str, sympy.Expr] | None:
+    """``p = 5, q = 2``: each of several different names given one value, by name; else ``None``."""
+    if not isinstance(a, Collection) or len(a.items) < 2:
+        return None
+    named = [i for i in a.items if isinstance(i, Relation) and i.op == "=" and i.lhs.is_Symbol]
+    values = {str(i.lhs): i.rhs for i in named}
+    if len(named) != len(a.items) or len(values) != len(named) or any(v.free_symbols for v in values.values()):
+        return None
+    return values
+
+
+def _assignment_as_tuple(a: Answer) -> Bracketed | None:
+    """``p = 5, q = 2`` as the ordered pair ``(5, 2)``: only with its names in alphabetical order (``x, y``;
+    ``a, b, c``), the order a tuple of them is written in; ``q = 2, p = 5`` names no order."""
+    values = _assignment(a)
+    if values is None or list(values) != sorted(values):
+        return None
+    return Bracketed("(", ")", tuple(Expr(v) for v in values.values()))
 
 
 def _one_variable(items: Sequence[Answer]) -> bool:
@@ -255,6 +381,46 @@ def _approximation_matches(a: Approximate, g: Answer) -> bool:
     return bool(diff.is_comparable and abs(diff) <= bound)
 
 
+LONG_DECIMAL_DIGITS = 6  # a decimal with this many significant digits may stand for a repeating one
+EXACT_DIGITS = 10  # ... and with this many, for the irrational number it agrees with to its last digit
+
+
+def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
+    """The fraction with the smallest denominator in ``[lo, hi]`` (``0 <= lo <= hi``), by continued fractions."""
+    whole = math.floor(lo)
+    if whole == lo or whole + 1 <= hi:
+        return Fraction(whole if whole == lo else whole + 1)
+    return whole + 1 / _simplest_between(1 / (hi - whole), 1 / (lo - whole))
+
+
+def _repeating_value(value: sympy.Rational, decimals: int | None) -> sympy.Rational | None:
+    """The repeating decimal a long decimal stands for: with at least :data:`LONG_DECIMAL_DIGITS` significant digits,
+    the simplest fraction within one unit of its last digit (rounded or cut: ``0.0833333333333333`` and ``0.083334``
+    are 1/12, ``0.666666`` is 2/3), when that fraction has no finite decimal expansion; else ``None``. No simpler
+    fraction rounds to the same digits, so the decimal names it; ``0.08`` or ``0.0833`` name nothing."""
+    if decimals is None or not value.is_Rational or _significant(value, decimals) < LONG_DECIMAL_DIGITS:
+        return None
+    centre, unit = Fraction(int(abs(value).p), int(abs(value).q)), Fraction(1, 10**decimals)
+    simplest = _simplest_between(max(Fraction(0), centre - unit), centre + unit)
+    fraction = sympy.Rational(simplest.numerator, simplest.denominator) * sympy.sign(value)
+    return None if _terminates(fraction) else fraction
+
+
+def _significant(value: sympy.Rational, decimals: int) -> int:
+    """The significant digits of a decimal written with ``decimals`` places (``0.0830``: 3)."""
+    digits = abs(value) * 10**decimals
+    return len(str(digits)) if digits.is_Integer and digits else 0
+
+
+def _digits_of(a: Expr, exact: sympy.Expr) -> bool:
+    """``0.8660254037844386`` for ``\\frac{\\sqrt3}{2}``: a decimal of at least :data:`EXACT_DIGITS` significant digits
+    within one unit of its last digit of an irrational gold — a number printed to full precision, not a rounding."""
+    if a.decimals is None or not exact.is_number or _significant(a.value, a.decimals) < EXACT_DIGITS:
+        return False
+    diff = (a.value - exact).evalf(a.decimals + 30)
+    return bool(diff.is_comparable and abs(diff) <= sympy.Rational(1, 10**a.decimals))
+
+
 def _terminates(r: sympy.Rational) -> bool:
     """Whether a rational has a finite decimal expansion (an integer, 1/2, 3/8), so its exact value can be written."""
     q = int(r.q)
@@ -278,14 +444,24 @@ def _match_unordered(answers: Sequence[Answer], golds: Sequence[Answer]) -> bool
 
 def equivalent(a: Answer, g: Answer) -> bool:
     """Whether answer ``a`` is equivalent to gold ``g`` under the module's rules."""
+    if _inequality(a) or _inequality(g):
+        same = _sets_match(a, g)
+        if same is not None:
+            return same
     if isinstance(g, Labelled):  # a label is stripped only where it names the same thing, or one side has none
         if isinstance(a, Labelled):
             return a.label == g.label and equivalent(a.value, g.value)
+        if isinstance(a, Relation) and a.op == "=" and _is_label(a.lhs) and re.fullmatch(_FUNCTION_NAME, g.label):
+            if str(a.lhs) != "y" and a.lhs != parse_expression(g.label):
+                return False  # g(x) = … is another function than f(x) = …; y = … is f's graph
         return equivalent(a, g.value)
     if isinstance(a, Labelled):
         if isinstance(g, Relation) and g.lhs.is_Symbol and str(g.lhs) != a.label:
             return False
         return equivalent(a.value, g)
+    if isinstance(g, Alternatives):  # one of the gold's options, or all of them listed
+        listed = isinstance(a, Collection) and _match_unordered(a.items, g.options)
+        return listed or any(equivalent(a, option) for option in g.options)
     if isinstance(g, Approximate):
         if isinstance(a, Approximate):
             return (a.exact is None) == (g.exact is None) and (
@@ -308,7 +484,15 @@ def equivalent(a: Answer, g: Answer) -> bool:
         return False
     if isinstance(g, Expr):
         a = _as_value(a)
-        return isinstance(a, Expr) and values_equal(a.value, g.value, g.decimals)
+        if not isinstance(a, Expr):
+            return False
+        if values_equal(a.value, g.value, g.decimals):
+            return True
+        # 0.0833333333333333 for 1/12, either way round: the repeating decimal a long one stands for
+        repeating = _repeating_value(g.value, g.decimals) or g.value
+        if repeating.is_Rational:
+            return (_repeating_value(a.value, a.decimals) or a.value) == repeating
+        return _digits_of(a, g.value)
     if isinstance(g, Relation):
         if isinstance(a, Relation):
             return relations_equal(a, g)
@@ -323,6 +507,10 @@ def equivalent(a: Answer, g: Answer) -> bool:
     if isinstance(g, Text):
         return isinstance(a, Text) and a.text == g.text
     if isinstance(g, Bracketed):
+        if not g.open and isinstance(a, Collection):  # ordered blanks: "5, 10" in their order
+            a = Bracketed("", "", a.items)
+        if g.open == "(" and g.close == ")":
+            a = _assignment_as_tuple(a) or a
         return (
             isinstance(a, Bracketed)
             and (a.open, a.close) == (g.open, g.close)
@@ -330,6 +518,13 @@ def equivalent(a: Answer, g: Answer) -> bool:
             and all(equivalent(x, y) for x, y in zip(a.items, g.items, strict=True))
         )
     if isinstance(g, Collection):
+        gold_values, values = _assignment(g), _assignment(a)
+        if gold_values is not None:  # k = 45, n = 2: the same names, each with its value
+            return (
+                values is not None
+                and values.keys() == gold_values.keys()
+                and all(values_equal(values[k], v) for k, v in gold_values.items())
+            )
         items = a.items if isinstance(a, Collection) else (a,)
         if not _one_variable(items):
             return False
@@ -402,7 +597,7 @@ def _gold_text(gold: str) -> str:
 
 def _lists(gold: Answer) -> bool:
     """Whether the gold is a list of several values (so ``or``/``and`` in an answer list values, not hedge)."""
-    return isinstance(gold, Collection) and len(gold.items) > 1
+    return (isinstance(gold, Collection) and len(gold.items) > 1) or (isinstance(gold, Bracketed) and not gold.open)
 
 
 def _read(text: str, as_choice: bool, lists: bool, decimal_comma: bool = False) -> tuple[Answer, Unit | None]:
@@ -423,13 +618,43 @@ _OPTION_WITH_CONTENT = re.compile(r"^\s*(?:\(([A-E])\)|([A-E])[.)])\s+\S")  # "C
 _ANOTHER_OPTION = re.compile(r"\(\s*[A-E]\s*\)|(?<![A-Za-z\\])[A-E][.)](?:\s|$)|(?<![A-Za-z])(?:and|or)(?![A-Za-z])")
 
 
+# a function named with its variables on the left of "=": f(x) = …, C(h) = …, g(x, y) = …
+_FUNCTION_NAME = r"(?:[A-Za-z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?\s*\(\s*[a-z](?:\s*,\s*[a-z])*\s*\)"
+_FUNCTION_LABEL = re.compile(rf"^[\s$]*({_FUNCTION_NAME})\s*=")
+
+
 def _parse_gold(text: str) -> tuple[Answer, bool, Unit | None]:
     option = _OPTION_WITH_CONTENT.match(text)
     if option and not _ANOTHER_OPTION.search(text[option.end() - 1 :]):
         # the gold names one option and quotes its content: the answer must name the option
         return Choice(option.group(1) or option.group(2)), True, None
     as_choice = choice_letter(text) is not None and len(normalise(_TEXT_WRAPPER.sub(r"\1", text))) <= 3
-    answer, unit = _read(text, as_choice, lists=False)
+    blanks = split_top_level(text, (";",))
+    if len(blanks) > 1 and len(split_top_level(text, (",",))) == 1 and all(b.strip() for b in blanks):
+        # "$5$;$10$": the answers of ordered blanks (a cloze), in their order
+        return Bracketed("", "", tuple(_read(b, False, lists=False)[0] for b in blanks)), False, None
+    try:
+        answer, unit = _read(text, as_choice, lists=False)
+        function = _FUNCTION_LABEL.match(text)
+        if isinstance(answer, Relation) and answer.op == "=" and function:
+            # f(x) = 2x + 3: the function; 2x + 3 and y = 2x + 3 state it too, g(x) = 2x + 3 another one
+            answer = Labelled(re.sub(r"\s+", "", function.group(1)), Expr(answer.rhs))
+        elif isinstance(answer, Relation) and not (answer.lhs.free_symbols or answer.rhs.free_symbols):
+            answer = _as_value(answer)  # \log_6(1/36) = -2, a true statement: its value
+    except ParseError:
+        options = split_alternatives(text)
+        if len(options) < 2 or as_choice:
+            raise
+        read = [_read(o, False, lists=False) for o in options]  # "(11,7) or (7,11)": any one is right
+        if any(unit is not None for _, unit in read):
+            raise
+        options = tuple(o for o, _ in read)
+        names = {o.lhs for o in options if isinstance(o, Relation) and o.op == "=" and o.lhs.is_Symbol}
+        if all(isinstance(o, Expr) for o in options) or (
+            len(names) == 1 and all(isinstance(o, Relation) and o.op == "=" for o in options)
+        ):  # "5 or 9", "x = 1 or x = 2": the values, all of them (a question asking for one is not told apart)
+            return Collection(options), False, None
+        return Alternatives(options), False, None
     return answer, as_choice, unit
 
 
@@ -493,7 +718,9 @@ def judge(
             gold_answer = replace(gold_answer, decimals=None)
     except ParseError as exc:
         return Score.zero(Status.GOLD_ERROR, f"the gold answer {gold[:80]!r} cannot be read: {exc}")
-    lists = _lists(gold_answer)
+    several = _lists(gold_answer)
+    # where the gold lists values or is a set of reals, "or" lists values or joins pieces (x < -1 or x > 2)
+    lists = several or _as_set(gold_answer) is not None
     answers, where = find_answers(completion, priority)
     if not answers and fallback == "last_math":
         answers, where = last_math(completion)
@@ -502,8 +729,11 @@ def judge(
             return Score.zero(Status.AMBIGUOUS, f"the fallback answer is {doubt}", extracted=answers[-1])
     if not answers:
         return Score.zero(Status.NO_ANSWER, where)
+    if len(answers) > 1 and any(not t.strip() for t in answers) and any(t.strip() for t in answers):
+        answers = [t for t in answers if t.strip()]  # "write it as \boxed{}": an empty box beside an answer is none
     under_cap = all(len(text) <= max_answer_chars for text in answers)  # none is normalised before the cap
-    if under_cap and len(answers) > 1 and where == "\\boxed{}" and len(_gold_boxes(gold)) > 1:
+    if under_cap and len(answers) > 1 and where == "\\boxed{}" and (several or len(_gold_boxes(gold)) > 1):
+        # one box per value ("\boxed{2} and \boxed{3}") where the gold has several; against one value, a hedge
         answers, where = [", ".join(_distinct(answers))], "several \\boxed{} (the gold lists several)"
     for text in answers:
         if len(text) > max_answer_chars:

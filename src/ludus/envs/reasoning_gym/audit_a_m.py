@@ -508,11 +508,15 @@ def score_gsm_symbolic(answer: str, entry: dict[str, Any]) -> Score:
 
 
 def score_intermediate_integration(answer: str, entry: dict[str, Any]) -> Score:
-    """A closed-form antiderivative whose derivative is the integrand (``verify_antiderivative``)."""
+    """A closed-form antiderivative whose derivative is the integrand (``verify_antiderivative``), on one line:
+    our parser reads a line break as a space, so the gold with a second value under it ('... + C' then '43')
+    would be the product '43*C', still an antiderivative."""
     from ludus.envs.math import verify_antiderivative  # noqa: PLC0415 - sympy: not for ``ludus envs``
 
     if (refusal := early(answer)) is not None:
         return refusal
+    if "\n" in answer.strip():
+        return format_error("the antiderivative is split over several lines; write one expression", answer)
     meta = entry["metadata"]
     return verify_antiderivative(answer.strip(), meta["integrand"], meta["variable"])
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from ludus.core.env import SingleTurnEnv, Split, TaskSource
 from ludus.core.types import Message, Score, Status, Task
 from ludus.envs.reasoning_gym.grading import MAX_CHARS
-from ludus.tasks.answers import final_answer
+from ludus.envs.reasoning_gym.reading import read_answer
 from ludus.tasks.procedural import Problem, ProceduralTasks, TaskFamily
 
 PREFIX = "rg:"
@@ -224,11 +224,24 @@ class ReasoningGymEnv(SingleTurnEnv):
         return _entry(self.dataset, task.info["rg_settings"], task.info["rg_index"])
 
     def score(self, task: Task, completion: str) -> Score:
-        answer, early = final_answer(completion, MAX_CHARS)
-        if early is not None:
-            return early
-        assert answer is not None
+        """The reply's answer (:mod:`~ludus.envs.reasoning_gym.reading`: rg's ``<answer>`` tag or Ludus's other
+        markers, multi-line answers whole) graded by the dataset's verdict. An ``Answer:`` line may be read more
+        than one way (without and with a final full stop, without the commentary on its own line): the first
+        reading that earns full marks counts, else the first reading's score."""
+        reading = read_answer(completion, MAX_CHARS, task.prompt)
+        if isinstance(reading, Score):
+            return reading
         entry = self.entry(task)
+        first = None
+        for answer in reading.answers:
+            score = self._grade(answer, entry, task)
+            if score.value >= 1.0:
+                return score
+            first = first or score
+        assert first is not None  # a reading has at least one answer
+        return replace(first, reason=f"{first.reason} ({reading.where})")
+
+    def _grade(self, answer: str, entry: dict[str, Any], task: Task) -> Score:
         if self.verdict.scorer is not None:
             return self.verdict.scorer(answer, entry)
         dataset = _dataset(self.dataset, task.info["rg_settings"])

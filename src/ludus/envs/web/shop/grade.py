@@ -25,12 +25,16 @@ _NUMBER = re.compile(
 
 
 def _plain(text: str) -> str:
-    """An answer without surrounding quotes, one final full stop (a sentence's, after a number too: ``79.5.``)
-    and extra spaces; a second full stop stays, so ``79.5..`` and ``79.5.3`` are not numbers."""
+    """An answer without surrounding quotes, one final full stop (a sentence's, after a number too: ``79.5.``,
+    inside the quotes or after them: ``"79.5."``, ``"79.5".``) and extra spaces; a second full stop stays, so
+    ``79.5..``, ``"79.5.".``, ``79.5.3`` and ``79.5.0`` are not numbers."""
     text = " ".join(text.split())
+    stop = text.endswith(".")
     text = text.removesuffix(".").rstrip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
         text = text[1:-1].strip()
+        if not stop:
+            text = text.removesuffix(".").rstrip()
     return text
 
 
