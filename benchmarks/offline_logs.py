@@ -16,6 +16,7 @@ For each seed:
 Not a test: about 15 minutes per seed on an idle 2-core machine.
 
     python benchmarks/offline_logs.py --seeds 0 1 2
+    python benchmarks/offline_logs.py --seeds 0 1 2 --skip-offline --online-steps 1500 --replay-steps 500
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-online", action="store_true", help="offline arms only")
+    parser.add_argument("--skip-offline", action="store_true", help="replay vs online only")
     parser.add_argument("--out", help="write every number as JSON here")
     args = parser.parse_args()
     args.runs = tempfile.mkdtemp(prefix="ludus-offline-bench-")
@@ -120,7 +122,7 @@ def main() -> None:
         base = base_model(seed)
         log = make_log(base, Path(args.runs) / f"log-{seed}", args)
         row: dict = {}
-        for objective in args.objectives:
+        for objective in [] if args.skip_offline else args.objectives:
             row[objective] = train(
                 f"{objective}-{seed}",
                 {
@@ -153,7 +155,7 @@ def main() -> None:
                 print(f"  {arm:<8} {when}", flush=True)
         results[seed] = row
     print("\nsummary")
-    for objective in args.objectives:
+    for objective in [] if args.skip_offline else args.objectives:
         ends = [results[s][objective]["end"] for s in args.seeds]
         starts = [results[s][objective]["start"] for s in args.seeds]
         above = all(e > s for e, s in zip(ends, starts, strict=True))
