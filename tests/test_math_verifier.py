@@ -396,6 +396,10 @@ EVERYDAY = {
         (r"9", "$5$ or $9$", WRONG),  # single values: all of them
         (r"5, 9", "$5$ or $9$", CORRECT),
         (r"1", "x = 1 or x = 2", WRONG),
+        (r"576\pi", r"$576\pi\;m^{2}$", CORRECT),  # a unit typeset apart with \; after a symbolic value
+        (r"576\pi \text{ cm}^2", r"$576\pi\;m^{2}$", WRONG),
+        (r"2\,h", "2", CORRECT),
+        (r"2h", "2", WRONG),  # 2·h
     ],
     "long decimals": [
         (r"0.0833333333333333", r"\frac{1}{12}", CORRECT),

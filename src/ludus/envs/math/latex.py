@@ -127,6 +127,8 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
     ``square``/``cubic``/``^2``/``^3`` for area and volume). A bare one-letter unit (``150 m``) counts
     only after a number and a space, so ``2m`` stays the product 2·m."""
     stripped = text.strip()
+    if len(stripped) > 2 and stripped[0] == stripped[-1] == "$" and stripped.count("$") == 2:
+        stripped = stripped[1:-1].strip()  # $576\pi\;m^{2}$: math, not money
     inner = _NUMBER_IN_TEXT.match(stripped)
     if inner:
         stripped = inner.group(1).strip()
@@ -152,10 +154,19 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
         words = words[1:]
     name = " ".join(words)
     key = name.lower()
-    after_value = re.search(r"[\d})]$", head) or (m.group("wrapped") is not None and re.search(r"[A-Za-z]$", head))
+    # a unit typeset apart with a LaTeX space (576\pi\;m^{2}, 2\,h) is one after any value, a letter too
+    spaced = re.search(r"\\[,;: ]|~", stripped[len(head) : m.start("bare")]) if m.group("bare") else None
+    after_value = (
+        re.search(r"[\d})]$", head) or (m.group("wrapped") is not None and re.search(r"[A-Za-z]$", head)) or spaced
+    )
     if key not in UNITS or not head or not after_value:  # 16\pi \text{ cm}, but never "x m" (x·m)
         return text, None
-    if m.group("bare") and len(name) == 1 and not (re.search(r"\d$", head) and stripped[len(head)].isspace()):
+    if (
+        m.group("bare")
+        and len(name) == 1
+        and not spaced
+        and not (re.search(r"\d$", head) and stripped[len(head)].isspace())
+    ):
         return text, None
     dimension, factor = UNITS[key]
     return head, Unit(dimension, factor, power)

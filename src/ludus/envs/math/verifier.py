@@ -629,7 +629,7 @@ def _parse_gold(text: str) -> tuple[Answer, bool, Unit | None]:
         # the gold names one option and quotes its content: the answer must name the option
         return Choice(option.group(1) or option.group(2)), True, None
     as_choice = choice_letter(text) is not None and len(normalise(_TEXT_WRAPPER.sub(r"\1", text))) <= 3
-    blanks = split_top_level(text, (";",))
+    blanks = split_top_level(text.replace("\\;", "\\ "), (";",))  # \; is a space
     if len(blanks) > 1 and len(split_top_level(text, (",",))) == 1 and all(b.strip() for b in blanks):
         # "$5$;$10$": the answers of ordered blanks (a cloze), in their order
         return Bracketed("", "", tuple(_read(b, False, lists=False)[0] for b in blanks)), False, None
