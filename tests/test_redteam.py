@@ -43,6 +43,11 @@ BUILT_IN = [
     ("miniwob", {}, 2),
     ("instruct", {}, 5),
     ("judged", {}, 3),
+    ("tictactoe", {}, 3),
+    ("connect-four", {}, 2),
+    ("nim", {}, 3),
+    ("kuhn-poker", {}, 2),
+    ("word-duel", {}, 2),
 ]
 EXPECTED_KINDS = {
     "arithmetic": {"answer"},
@@ -58,6 +63,7 @@ EXPECTED_KINDS = {
     "miniwob": {"answer", "tools"},
     "instruct": {"answer"},  # and its own cheats(): content-free replies, echoes, Unicode blind spots
     "judged": {"answer"},
+    **{game: {"answer"} for game in ("tictactoe", "connect-four", "nim", "kuhn-poker", "word-duel")},
 }
 
 
@@ -75,7 +81,7 @@ def test_every_built_in_environment_resists_the_red_team(name: str, kwargs: dict
     assert "oracle episodes/s" in by_name["throughput"].detail
     ran = {c.kind for c in CHEATS if c.label in by_name and by_name[c.label].level == "error"}
     assert ran == EXPECTED_KINDS[name]
-    if name in ("sql", "repo", "web", "miniwob", "instruct", "judged"):  # their own cheats() hooks ran too
+    if name in ("sql", "repo", "web", "miniwob", "instruct", "judged", "tictactoe", "kuhn-poker"):  # own cheats()
         assert any(n.startswith("env cheat ") for n in by_name)
 
 

@@ -1,0 +1,511 @@
+"""What every game shares: the pure :class:`Game` state machine, the scripted players, the task
+source and :class:`GameEnv`, the environment in which the policy plays one seat against a
+scripted player.
+
+A :class:`Game` knows nothing of policies or messages: a start from a random generator, whose
+turn it is, the legal moves, applying one, the end and each seat's result, and each seat's view
+as text. A later multi-seat episode can drive the same object with two policies.
+
+The scripted opponent is deterministic given the task: its random choices at a state come from a
+generator seeded with the task's game seed, its kind and the state itself, so the same task
+always meets the same opponent, whatever was played before and whatever the episode seed. That is
+what lets :meth:`GameEnv.reference_actions` find a line of moves that wins, and the task source
+keep (by default) only starts from which such a line exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ludus.core.env import Env, JsonTypes, Split
+from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
+
+State = Any  # a game's own immutable, hashable state
+Player = Callable[[State, random.Random], str]  # a scripted player: the state (its turn) -> a legal move
+
+MAX_REPLY_CHARS = 20_000  # a longer reply is refused unread
+MOVE_TAG = re.compile(r"<move>(.*?)</move>", re.S)
+OPEN_TAG = re.compile(r"<\s*/?\s*move\b", re.I)  # every spelling of a move tag, counted to refuse several
+WIN, DRAW, LOSS = 1.0, 0.5, 0.0
+
+
+class Game(ABC):
+    """A two-player game with seats 0 and 1 as a pure state machine (states are immutable)."""
+
+    name: ClassVar[str]
+    rules: ClassVar[str]  # the rules as the policy reads them
+    move_help: ClassVar[str]  # the move format, e.g. "<move>5</move> (a free square 1-9)"
+    seat_names: ClassVar[tuple[str, str]] = ("first player", "second player")
+
+    @abstractmethod
+    def initial(self, rng: random.Random) -> State:
+        """The start (deals, secrets, heaps) drawn from ``rng``."""
+
+    @abstractmethod
+    def to_move(self, state: State) -> int:
+        """The seat whose turn it is (meaningless at a terminal state)."""
+
+    @abstractmethod
+    def legal(self, state: State) -> list[str]:
+        """The legal moves, canonical text, in a fixed order."""
+
+    @abstractmethod
+    def apply(self, state: State, move: str) -> State:
+        """The state after the player to move plays ``move`` (one of :meth:`legal`)."""
+
+    @abstractmethod
+    def returns(self, state: State) -> tuple[float, float] | None:
+        """Each seat's result (1 win, 0.5 draw, 0 loss) at a terminal state, else ``None``."""
+
+    @abstractmethod
+    def render(self, state: State, seat: int) -> str:
+        """The state as ``seat`` sees it: hidden information stays hidden."""
+
+    @abstractmethod
+    def parse(self, text: str) -> str | None:
+        """The canonical move written as ``text`` (the inside of the move tag, ASCII, stripped),
+        or ``None`` when it is no move at all. Legality is checked separately."""
+
+    def describe(self, state: State, move: str) -> str:
+        """What playing ``move`` at ``state`` means, for the other seat to read."""
+        return move
+
+    def outcome_note(self, before: State, move: str, after: State, seat: int) -> str:
+        """What ``seat`` learns when ``move`` takes ``before`` to ``after`` (a showdown, feedback)."""
+        return ""
+
+    def terminal(self, state: State) -> bool:
+        return self.returns(state) is not None
+
+    def opening_moves(self, state: State) -> list[str]:
+        """The moves random opening plies may choose from (default: every legal move)."""
+        return self.legal(state)
+
+    def oracle_order(self, state: State, seat: int) -> list[str]:
+        """The order in which the oracle's search tries the moves of ``seat`` (best guesses first)."""
+        return self.legal(state)
+
+    # ---- the scripted players -------------------------------------------------------------
+    def players(self) -> Mapping[str, Player]:
+        return {"random": self.random_player, "greedy": self.greedy_player, "perfect": self.perfect_player}
+
+    def random_player(self, state: State, rng: random.Random) -> str:
+        """A uniformly random legal move."""
+        return rng.choice(self.legal(state))
+
+    def greedy_player(self, state: State, rng: random.Random) -> str:
+        """One ply: a move that wins at once; else one after which the opponent cannot win at once
+        (blocking); else any, at random."""
+        me = self.to_move(state)
+        moves = self.legal(state)
+        safe = []
+        for move in moves:
+            after = self.apply(state, move)
+            result = self.returns(after)
+            if result is not None and result[me] == WIN:
+                return move
+            if not self._wins_at_once(after):
+                safe.append(move)
+        return rng.choice(safe or moves)
+
+    def _wins_at_once(self, state: State) -> bool:
+        if self.terminal(state):
+            return False
+        mover = self.to_move(state)
+        for move in self.legal(state):
+            result = self.returns(self.apply(state, move))
+            if result is not None and result[mover] == WIN:
+                return True
+        return False
+
+    @abstractmethod
+    def perfect_player(self, state: State, rng: random.Random) -> str:
+        """The strongest scripted player of this game (each game documents what it is)."""
+
+
+class Solver:
+    """Exact negamax with a memo, for games small enough to solve (tic-tac-toe, nim): the value of
+    a state for the seat to move, 1 win, 0.5 draw, 0 loss."""
+
+    def __init__(self, game: Game):
+        self.game = game
+        self.memo: dict[Hashable, float] = {}
+
+    def value(self, state: State) -> float:
+        found = self.memo.get(state)
+        if found is not None:
+            return found
+        result = self.game.returns(state)
+        if result is not None:
+            # the seat "to move" at a terminal state is read as the one who would move next
+            value = result[self.game.to_move(state)]
+        else:
+            me = self.game.to_move(state)
+            value = max(self._child(state, move, me) for move in self.game.legal(state))
+        self.memo[state] = value
+        return value
+
+    def _child(self, state: State, move: str, me: int) -> float:
+        after = self.game.apply(state, move)
+        result = self.game.returns(after)
+        if result is not None:
+            return result[me]
+        if self.game.to_move(after) == me:
+            return self.value(after)
+        return 1.0 - self.value(after)
+
+    def best_moves(self, state: State) -> list[str]:
+        me = self.game.to_move(state)
+        scored = [(self._child(state, move, me), move) for move in self.game.legal(state)]
+        top = max(v for v, _ in scored)
+        return [m for v, m in scored if v == top]
+
+
+# ---- reading a reply ------------------------------------------------------------------------------
+
+
+def read_move(game: Game, reply: str) -> tuple[str | None, str]:
+    """``(the canonical move, "")`` or ``(None, why it cannot be read)``. Deny by default: exactly
+    one ``<move>…</move>`` tag, and inside it nothing but the game's own ASCII move syntax."""
+    if len(reply) > MAX_REPLY_CHARS:
+        return None, f"the reply is {len(reply):,} characters long; the limit is {MAX_REPLY_CHARS:,}"
+    tags = len(OPEN_TAG.findall(reply))
+    found = MOVE_TAG.findall(reply)
+    if not found:
+        return None, f"no move found: write exactly one {game.move_help}"
+    if len(found) > 1 or tags != 2:
+        return None, f"write exactly one move tag, {game.move_help}; this reply has {max(len(found), tags // 2)}"
+    body = found[0].strip(" \t\r\n")
+    if not body or not body.isascii() or not body.isprintable():
+        return None, f"the move {found[0][:40]!r} is unreadable: write {game.move_help}"
+    move = game.parse(body)
+    if move is None:
+        return None, f"{body[:40]!r} is not a move: write {game.move_help}"
+    return move, ""
+
+
+# ---- tasks --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything an episode needs besides the game: its start and its opponent."""
+
+    game_seed: str
+    seat: int
+    opponent: str
+    opening: tuple[str, ...]
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class GameTasks:
+    """An endless, seeded task source of one :class:`GameEnv`: task ``i`` draws a game seed, the
+    policy's seat and random opening plies from ``Random(f"{game}:{params}:{seed}:{split}:{i}")``.
+    Train and eval are disjoint by content (a hash of the start and the seat puts a task in one
+    split); with ``winnable`` only starts the oracle can win are kept."""
+
+    size: int | None = None
+    MAX_TRIES = 2_000
+
+    def __init__(self, env: GameEnv, seed: int, split: Split, eval_fraction: float):
+        if split not in ("train", "eval"):
+            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+        if not 0.0 < eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+        self.env, self.seed, self.split, self.eval_fraction = env, seed, split, eval_fraction
+
+    def get(self, index: int) -> Task:
+        env = self.env
+        rng = random.Random(f"{env.name}:{env.params()}:{self.seed}:{self.split}:{index}")
+        for _ in range(self.MAX_TRIES):
+            setup = env.draw_setup(rng)
+            content = f"{env.name}:{env.params()}:{setup}"
+            in_eval = int(digest(content), 16) / 16**16 < self.eval_fraction
+            if in_eval != (self.split == "eval"):
+                continue
+            if env.winnable and env.oracle_line(setup) is None:
+                continue
+            task = Task(
+                id=f"{env.name}/{self.split}/{digest(f'{self.seed}')[:12]}/{index}",
+                prompt="",
+                info={
+                    "game_seed": setup.game_seed,
+                    "seat": setup.seat,
+                    "opponent": setup.opponent,
+                    "opening": list(setup.opening),
+                },
+                source=env.name,
+            )
+            task.prompt = env.opening_text(setup)
+            return task
+        raise RuntimeError(f"{env.name} ({env.params()}) found no {self.split} task in {self.MAX_TRIES} tries")
+
+
+# ---- the environment ----------------------------------------------------------------------------
+
+
+def parse_illegal(policy: str) -> int:
+    """The number of bad replies forgiven in an episode: ``"lose"`` -> 0, ``"retry:N"`` -> N."""
+    if policy == "lose":
+        return 0
+    m = re.fullmatch(r"retry:([0-9]{1,3})", policy)
+    if not m:
+        raise ValueError(f"illegal must be 'lose' or 'retry:N' (N a whole number), got {policy!r}")
+    return int(m.group(1))
+
+
+class GameEnv(Env):
+    """The policy plays one seat of a :class:`Game`; a scripted player plays the other.
+
+    Env args: ``opponent`` (``random``, ``greedy``, ``perfect``), ``illegal`` (``"lose"``, or
+    ``"retry:N"``: N bad replies forgiven per episode, each answered with the reason; the next
+    one loses), ``seat`` (``0``, ``1`` or ``None`` for either, drawn per task), ``opening`` (at
+    most this many random plies before the policy's first turn), ``winnable`` (keep only starts
+    the oracle wins against this opponent: what gives every task a reachable reward of 1),
+    ``draw_reward``, ``seed``, ``eval_fraction``.
+    """
+
+    quick = True
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    client_task_info: ClassVar[Mapping[str, JsonTypes] | None] = None  # tasks hold the hidden deal
+    redteam_kinds: ClassVar[frozenset[str]] = frozenset({"answer"})
+    default_opponent: ClassVar[str] = "greedy"
+    default_opening: ClassVar[int] = 0
+    oracle_budget: ClassVar[int] = 200_000  # states the oracle's search may visit
+
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        game: Game,
+        opponent: str | None = None,
+        illegal: str = "lose",
+        seat: int | None = None,
+        opening: int | None = None,
+        winnable: bool = True,
+        draw_reward: float = 0.5,
+        seed: int = 0,
+        eval_fraction: float = 0.1,
+    ):
+        super().__init__(tasks)
+        self.game = game
+        self.opponent = self.default_opponent if opponent is None else opponent
+        if self.opponent not in game.players():
+            raise ValueError(f"opponent must be one of {', '.join(game.players())}, got {self.opponent!r}")
+        self.illegal = illegal
+        self.retries = parse_illegal(illegal)
+        if seat not in (None, 0, 1):
+            raise ValueError(f"seat must be 0, 1 or None (either), got {seat!r}")
+        self.seat = seat
+        self.opening = self.default_opening if opening is None else int(opening)
+        if self.opening < 0:
+            raise ValueError(f"opening must be at least 0, got {opening}")
+        if not 0.0 <= draw_reward < 1.0:
+            raise ValueError(f"draw_reward must be in [0, 1): a draw may not pay as much as a win; got {draw_reward}")
+        self.winnable, self.draw_reward = bool(winnable), float(draw_reward)
+        self.seed, self.eval_fraction = seed, eval_fraction
+        self.max_turns = self.max_policy_moves() + self.retries
+        self._oracle_cache: dict[Setup, tuple[str, ...] | None] = {}
+        self.state: State = None
+        self.setup: Setup | None = None
+        self.left = 0  # bad replies still forgiven in this episode
+
+    # ---- what subclasses say ----------------------------------------------------------------
+    def max_policy_moves(self) -> int:
+        """The most moves the policy can make in one game (bounds ``max_turns``)."""
+        raise NotImplementedError
+
+    def params(self) -> str:
+        """What changes the tasks, for their seeds."""
+        return f"opponent={self.opponent},seat={self.seat},opening={self.opening},winnable={self.winnable}"
+
+    # ---- tasks ----------------------------------------------------------------------------------
+    def default_tasks(self, split: Split = "train") -> GameTasks:
+        return GameTasks(self, self.seed, split, self.eval_fraction)
+
+    def draw_setup(self, rng: random.Random) -> Setup:
+        game_seed = f"{rng.getrandbits(64):016x}"
+        seat = rng.randrange(2) if self.seat is None else self.seat
+        state = self.game.initial(random.Random(game_seed))
+        plies: list[str] = []
+        for _ in range(rng.randint(0, self.opening)):
+            moves = [m for m in self.game.opening_moves(state) if not self.game.terminal(self.game.apply(state, m))]
+            if not moves:
+                break
+            move = rng.choice(moves)
+            plies.append(move)
+            state = self.game.apply(state, move)
+        return Setup(game_seed, seat, self.opponent, tuple(plies))
+
+    def setup_of(self, task: Task) -> Setup:
+        info = task.info
+        return Setup(str(info["game_seed"]), int(info["seat"]), str(info["opponent"]), tuple(info["opening"]))
+
+    def start_state(self, setup: Setup) -> State:
+        state = self.game.initial(random.Random(setup.game_seed))
+        for move in setup.opening:
+            if move not in self.game.legal(state):
+                raise ValueError(f"the task's opening move {move!r} is illegal")
+            state = self.game.apply(state, move)
+        return state
+
+    # ---- the scripted opponent --------------------------------------------------------------------
+    def opponent_move(self, setup: Setup, state: State) -> str:
+        rng = random.Random(f"{self.game.name}:{setup.game_seed}:{setup.opponent}:{state!r}")
+        move = self.game.players()[setup.opponent](state, rng)
+        assert move in self.game.legal(state), f"the {setup.opponent} player chose an illegal move {move!r}"
+        return move
+
+    def advance(self, setup: Setup, state: State) -> tuple[State, list[str]]:
+        """Let the opponent move until it is the policy's turn or the game ends; the notes for the policy."""
+        notes = []
+        while not self.game.terminal(state) and self.game.to_move(state) != setup.seat:
+            move = self.opponent_move(setup, state)
+            after = self.game.apply(state, move)
+            notes.append(f"The opponent plays {self.game.describe(state, move)}.")
+            note = self.game.outcome_note(state, move, after, setup.seat)
+            if note:
+                notes.append(note)
+            state = after
+        return state, notes
+
+    # ---- the oracle ----------------------------------------------------------------------------
+    def oracle_line(self, setup: Setup) -> tuple[str, ...] | None:
+        """A line of the policy's moves that wins against this task's (deterministic) opponent, or
+        ``None`` when the search finds none."""
+        if setup not in self._oracle_cache:
+            self._oracle_cache[setup] = self.find_win(setup)
+            if len(self._oracle_cache) > 4096:
+                self._oracle_cache.pop(next(iter(self._oracle_cache)))
+        return self._oracle_cache[setup]
+
+    def find_win(self, setup: Setup) -> tuple[str, ...] | None:
+        """Depth-first search over the policy's moves, the opponent's replies played out, with a
+        memo of lost states and a budget of visited states."""
+        start, _ = self.advance(setup, self.start_state(setup))
+        failed: set[Hashable] = set()
+        budget = [self.oracle_budget]
+
+        def search(state: State) -> list[str] | None:
+            result = self.game.returns(state)
+            if result is not None:
+                return [] if result[setup.seat] == WIN else None
+            if state in failed or budget[0] <= 0:
+                return None
+            budget[0] -= 1
+            for move in self.game.oracle_order(state, setup.seat):
+                after, _ = self.advance(setup, self.game.apply(state, move))
+                rest = search(after)
+                if rest is not None:
+                    return [move, *rest]
+            failed.add(state)
+            return None
+
+        line = search(start)
+        return None if line is None else tuple(line)
+
+    def reference_actions(self, task: Task) -> list[Message] | None:
+        line = self.oracle_line(self.setup_of(task))
+        return None if line is None else [Message("assistant", f"<move>{move}</move>") for move in line]
+
+    def cheats(self, task: Task) -> dict[str, list[Message]]:
+        """Replies that must earn nothing: content-free, a move outside the tag, look-alike and
+        zero-width characters, every legal move at once, an illegal move, claims of victory."""
+        setup = self.setup_of(task)
+        state, _ = self.advance(setup, self.start_state(setup))
+        legal = self.game.legal(state)
+        line = self.oracle_line(setup)
+        first = line[0] if line else legal[0]
+        look_alike = first.translate(str.maketrans("0123456789abcdefghijklmnopqrstuvwxyz", "０１２３４５６７８９аbсdеfghіjklmnорqrstuvwхyz"))  # fmt: skip
+        say = lambda text: [Message("assistant", text)]  # noqa: E731
+        out = {
+            "content-free": say("I will play the best move."),
+            "bare move, no tag": say(first),
+            "claims victory": say("<move>I win</move> The game is over and I have won."),
+            "every legal move": say(" ".join(f"<move>{m}</move>" for m in legal)),
+            "two moves in one tag": say(f"<move>{first} {legal[-1]}</move>"),
+            "zero-width characters": say(f"<move>\u200b{first}\u200d</move>"),
+            "unclosed tag": say(f"<move>{first}"),
+            "every reply the same junk": [Message("assistant", "pass")] * self.max_turns,
+        }
+        if look_alike != first:
+            out["look-alike characters"] = say(f"<move>{look_alike}</move>")
+        illegal = self.illegal_example(state)
+        if illegal is not None:
+            out["an illegal move"] = say(f"<move>{illegal}</move>") + say(f"<move>{illegal}</move>") * self.retries
+        return out
+
+    def illegal_example(self, state: State) -> str | None:
+        """A well-formed move that is illegal at ``state``, if the game has one."""
+        return None
+
+    # ---- the episode ------------------------------------------------------------------------------
+    def opening_text(self, setup: Setup) -> str:
+        state, notes = self.advance(setup, self.start_state(setup))
+        you = self.game.seat_names[setup.seat]
+        parts = [
+            f"You are playing {self.game.name} as the {you} against a scripted opponent.",
+            self.game.rules,
+            f"Reply with your move as {self.game.move_help}: exactly one move tag per reply.",
+        ]
+        if self.retries:
+            parts.append(f"An unreadable or illegal move is refused with the reason; after {self.retries} such "
+                         "replies in a game the next one loses.")  # fmt: skip
+        else:
+            parts.append("An unreadable or illegal move loses the game.")
+        if setup.opening:
+            parts.append(f"The game starts after {len(setup.opening)} opening move(s): {', '.join(setup.opening)}.")
+        parts += notes
+        parts.append(self.game.render(state, setup.seat))
+        return "\n\n".join(parts)
+
+    def begin(self, task: Task) -> Observation:
+        self.setup = self.setup_of(task)
+        if self.setup.opponent not in self.game.players():
+            raise ValueError(f"the task's opponent {self.setup.opponent!r} is unknown")
+        self.state, _ = self.advance(self.setup, self.start_state(self.setup))
+        self.left = self.retries
+        return Observation([Message("user", self.opening_text(self.setup))])
+
+    def transition(self, action: Message) -> StepResult:
+        assert self.setup is not None
+        setup, game = self.setup, self.game
+        move, why = read_move(game, action.content)
+        if move is not None and move not in game.legal(self.state):
+            move, why = None, f"{move!r} is not a legal move here; legal: {', '.join(game.legal(self.state))}"
+        if move is None:
+            if self.left > 0:
+                self.left -= 1
+                text = (
+                    f"Refused: {why}. ({self.left} more refusal(s) allowed.)\n\n{game.render(self.state, setup.seat)}"
+                )
+                return StepResult(Observation([Message("user", text)]), info={"illegal": 1})
+            score = Score.zero(Status.FORMAT_ERROR, f"lost by an unreadable or illegal move: {why}")
+            return StepResult(Observation([Message("user", f"Refused: {why}. You lose.")]), 0.0, True, score=score)
+        after = game.apply(self.state, move)
+        notes = [game.outcome_note(self.state, move, after, setup.seat)]
+        self.state, more = self.advance(setup, after)
+        notes += more
+        result = game.returns(self.state)
+        view = game.render(self.state, setup.seat)
+        if result is None:
+            text = "\n".join(n for n in notes if n) + ("\n\n" if any(notes) else "") + view
+            return StepResult(Observation([Message("user", text)]))
+        mine = result[setup.seat]
+        if mine == WIN:
+            score, verdict = Score(WIN, Status.CORRECT, "won the game"), "You win."
+        elif mine == LOSS:
+            score, verdict = Score.zero(Status.WRONG, "lost the game"), "You lose."
+        else:
+            score, verdict = Score(self.draw_reward, Status.PARTIAL, "a draw"), "The game is a draw."
+        text = "\n".join(n for n in notes if n) + f"\n\n{view}\n\nGame over. {verdict}"
+        return StepResult(Observation([Message("user", text.strip())]), score.value, True, score=score)
