@@ -175,12 +175,14 @@ def read_move(game: Game, reply: str) -> tuple[str | None, str]:
     one ``<move>…</move>`` tag, and inside it nothing but the game's own ASCII move syntax."""
     if len(reply) > MAX_REPLY_CHARS:
         return None, f"the reply is {len(reply):,} characters long; the limit is {MAX_REPLY_CHARS:,}"
-    tags = len(OPEN_TAG.findall(reply))
+    tags = len(OPEN_TAG.findall(reply))  # opening and closing tags, every spelling
+    if tags > 2:  # refused before the lazy MOVE_TAG search, which is quadratic in a reply of many tags
+        return None, f"write exactly one move tag, {game.move_help}; this reply has {tags} opening or closing tags"
     found = MOVE_TAG.findall(reply)
     if not found:
         return None, f"no move found: write exactly one {game.move_help}"
     if len(found) > 1 or tags != 2:
-        return None, f"write exactly one move tag, {game.move_help}; this reply has {max(len(found), tags // 2)}"
+        return None, f"write exactly one move tag, {game.move_help}"
     body = found[0].strip(" \t\r\n")
     if not body or not body.isascii() or not body.isprintable():
         return None, f"the move {found[0][:40]!r} is unreadable: write {game.move_help}"
@@ -232,6 +234,8 @@ class GameTasks:
             in_eval = int(digest(content), 16) / 16**16 < self.eval_fraction
             if in_eval != (self.split == "eval"):
                 continue
+            if env.game.terminal(env.advance(setup, env.start_state(setup))[0]):
+                continue  # the opponent ended the game before the policy's first move (winnable=False)
             if env.winnable and env.oracle_line(setup) is None:
                 continue
             task = Task(
@@ -253,8 +257,20 @@ class GameTasks:
 # ---- the environment ----------------------------------------------------------------------------
 
 
+def whole(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in ``lo..hi``, else a ValueError naming ``name``: env args may come from
+    JSON, where 2.5, "6" and true would otherwise pass a range check and fail (or hang) later."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
+    return value
+
+
 def parse_illegal(policy: str) -> int:
     """The number of bad replies forgiven in an episode: ``"lose"`` -> 0, ``"retry:N"`` -> N."""
+    if not isinstance(policy, str):
+        raise ValueError(f"illegal must be 'lose' or 'retry:N' (N a whole number), got {policy!r}")
     if policy == "lose":
         return 0
     m = re.fullmatch(r"retry:([0-9]{1,3})", policy)
@@ -270,8 +286,10 @@ class GameEnv(Env):
     ``"retry:N"``: N bad replies forgiven per episode, each answered with the reason; the next
     one loses), ``seat`` (``0``, ``1`` or ``None`` for either, drawn per task), ``opening`` (at
     most this many random plies before the policy's first turn), ``winnable`` (keep only starts
-    the oracle wins against this opponent: what gives every task a reachable reward of 1),
-    ``draw_reward``, ``seed``, ``eval_fraction``.
+    the oracle wins against this opponent: what gives every task a reachable reward of 1; by
+    default on, except in a game of hidden information, where the oracle sees the hidden cards: kept
+    deals would favour the policy, and a passive policy would win most of them), ``draw_reward``,
+    ``seed``, ``eval_fraction``.
     """
 
     quick = True
@@ -281,6 +299,7 @@ class GameEnv(Env):
     default_opponent: ClassVar[str] = "greedy"
     default_opening: ClassVar[int] = 0
     oracle_budget: ClassVar[int] = 200_000  # states the oracle's search may visit
+    hidden_information: ClassVar[bool] = False  # the opponent holds what the policy cannot see (a card)
 
     def __init__(
         self,
@@ -291,7 +310,7 @@ class GameEnv(Env):
         illegal: str = "lose",
         seat: int | None = None,
         opening: int | None = None,
-        winnable: bool = True,
+        winnable: bool | None = None,
         draw_reward: float = 0.5,
         seed: int = 0,
         eval_fraction: float = 0.1,
@@ -303,15 +322,18 @@ class GameEnv(Env):
             raise ValueError(f"opponent must be one of {', '.join(game.players())}, got {self.opponent!r}")
         self.illegal = illegal
         self.retries = parse_illegal(illegal)
-        if seat not in (None, 0, 1):
+        if seat is not None and (isinstance(seat, bool) or seat not in (0, 1)):
             raise ValueError(f"seat must be 0, 1 or None (either), got {seat!r}")
-        self.seat = seat
-        self.opening = self.default_opening if opening is None else int(opening)
-        if self.opening < 0:
-            raise ValueError(f"opening must be at least 0, got {opening}")
-        if not 0.0 <= draw_reward < 1.0:
-            raise ValueError(f"draw_reward must be in [0, 1): a draw may not pay as much as a win; got {draw_reward}")
-        self.winnable, self.draw_reward = bool(winnable), float(draw_reward)
+        self.seat = None if seat is None else int(seat)
+        self.opening = self.default_opening if opening is None else whole("opening", opening, 0, 1_000)
+        if isinstance(draw_reward, bool) or not isinstance(draw_reward, (int, float)) or not 0.0 <= draw_reward < 1.0:
+            raise ValueError(f"draw_reward must be in [0, 1): a draw may not pay as much as a win; got {draw_reward!r}")
+        winnable = not self.hidden_information if winnable is None else winnable
+        if not isinstance(winnable, bool):
+            raise ValueError(f"winnable must be true or false, got {winnable!r}")
+        if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, (int, float)) or not 0 < eval_fraction < 1:
+            raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction!r}")
+        self.winnable, self.draw_reward = winnable, float(draw_reward)
         self.seed, self.eval_fraction = seed, eval_fraction
         self.max_turns = self.max_policy_moves() + self.retries
         self._oracle_cache: dict[Setup, tuple[str, ...] | None] = {}

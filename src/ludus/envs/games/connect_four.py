@@ -11,7 +11,7 @@ import re
 from functools import cache
 from typing import Any
 
-from ludus.envs.games.base import DRAW, WIN, Game, GameEnv, Setup
+from ludus.envs.games.base import DRAW, WIN, Game, GameEnv, Setup, whole
 
 # a state: (discs of seat 0, discs of seat 1, heights per column, seat to move); bitboards with
 # column c occupying bits c*(rows+1) .. c*(rows+1)+rows-1 (one spare bit per column)
@@ -37,10 +37,8 @@ class ConnectFour(Game):
     seat_names = ("first player (X)", "second player (O)")
 
     def __init__(self, rows: int = 6, cols: int = 7, depth: int = 4):
-        if not 4 <= rows <= 8 or not 4 <= cols <= 9:
-            raise ValueError(f"connect four takes 4-8 rows and 4-9 columns, got rows={rows}, cols={cols}")
-        if not 1 <= depth <= 8:
-            raise ValueError(f"depth must be 1-8, got {depth}")
+        # whole numbers: a depth of 2.5 would never reach the horizon and search the whole game
+        rows, cols, depth = whole("rows", rows, 4, 8), whole("cols", cols, 4, 9), whole("depth", depth, 1, 8)
         self.rows, self.cols, self.depth = rows, cols, depth
         self.h1 = rows + 1
         self.windows = _windows(rows, cols)
@@ -161,8 +159,9 @@ class ConnectFourEnv(GameEnv):
     default_opening = 2
 
     def __init__(self, tasks: Any = None, *, rows: int = 6, cols: int = 7, depth: int = 4, **kwargs: Any):
-        self.rows, self.cols, self.depth = rows, cols, depth
-        super().__init__(tasks, game=ConnectFour(rows, cols, depth), **kwargs)
+        game = ConnectFour(rows, cols, depth)
+        self.rows, self.cols, self.depth = game.rows, game.cols, game.depth
+        super().__init__(tasks, game=game, **kwargs)
 
     def params(self) -> str:
         return f"{super().params()},rows={self.rows},cols={self.cols},depth={self.depth}"

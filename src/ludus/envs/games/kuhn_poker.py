@@ -17,7 +17,7 @@ import random
 import re
 from typing import Any
 
-from ludus.envs.games.base import Game, GameEnv
+from ludus.envs.games.base import Game, GameEnv, whole
 
 CARDS = {1: "J", 2: "Q", 3: "K"}
 WORDS = {"c": "check", "b": "bet", "k": "call", "f": "fold"}
@@ -36,12 +36,11 @@ def hand_result(history: str, first: int, cards: tuple[int, int]) -> int | None:
 
 class KuhnPoker(Game):
     name = "kuhn-poker"
+    hidden_information = True
     move_help = "<move>ACTION</move> with ACTION one of check, bet, call, fold (as legal)"
 
     def __init__(self, hands: int = 5):
-        if not 1 <= hands <= 50:
-            raise ValueError(f"hands must be 1-50, got {hands}")
-        self.hands = hands
+        self.hands = hands = whole("hands", hands, 1, 50)
         self.rules = (
             f"Rules (Kuhn poker, a match of {hands} hand(s)): the deck is J < Q < K. Each hand both players ante "
             "1 chip and get one card each, hidden from the other; the players take turns acting first, hand by "
@@ -145,11 +144,13 @@ class KuhnPokerEnv(GameEnv):
     """Kuhn poker (hidden cards) against a scripted player; ``hands`` per match."""
 
     name = "kuhn-poker"
+    hidden_information = True
     description = "Kuhn poker, a match of hands against a scripted player (random, greedy, Nash); <move>bet</move>"
 
     def __init__(self, tasks: Any = None, *, hands: int = 5, **kwargs: Any):
-        self.hands = hands
-        super().__init__(tasks, game=KuhnPoker(hands), **kwargs)
+        game = KuhnPoker(hands)
+        self.hands = game.hands
+        super().__init__(tasks, game=game, **kwargs)
 
     def params(self) -> str:
         return f"{super().params()},hands={self.hands}"

@@ -8,7 +8,7 @@ import random
 import re
 from typing import Any
 
-from ludus.envs.games.base import Game, GameEnv, Solver
+from ludus.envs.games.base import Game, GameEnv, Solver, whole
 
 Heaps = tuple[tuple[int, ...], int]  # (the heaps, the seat to move)
 
@@ -18,8 +18,7 @@ class Nim(Game):
     move_help = "<move>H N</move>: take N objects from heap H (heaps numbered from 1)"
 
     def __init__(self, heaps: int = 3, max_heap: int = 7):
-        if not 1 <= heaps <= 6 or not 1 <= max_heap <= 15:
-            raise ValueError(f"nim takes 1-6 heaps of at most 1-15 objects, got heaps={heaps}, max_heap={max_heap}")
+        heaps, max_heap = whole("heaps", heaps, 1, 6), whole("max_heap", max_heap, 1, 15)
         self.heaps, self.max_heap = heaps, max_heap
         self.solver = Solver(self)
         self.rules = (
@@ -71,8 +70,9 @@ class NimEnv(GameEnv):
     description = "nim (take from one heap, last object wins) against a scripted player; moves as <move>H N</move>"
 
     def __init__(self, tasks: Any = None, *, heaps: int = 3, max_heap: int = 7, **kwargs: Any):
-        self.heaps, self.max_heap = heaps, max_heap
-        super().__init__(tasks, game=Nim(heaps, max_heap), **kwargs)
+        game = Nim(heaps, max_heap)
+        self.heaps, self.max_heap = game.heaps, game.max_heap
+        super().__init__(tasks, game=game, **kwargs)
 
     def params(self) -> str:
         return f"{super().params()},heaps={self.heaps},max_heap={self.max_heap}"

@@ -68,8 +68,20 @@ class TicTacToe(Game):
         return f"{'XO'[self.to_move(state)]} on square {move}"
 
     def perfect_player(self, state: Board, rng: random.Random) -> str:
-        """Exact negamax with a memo; a random one of the best moves."""
-        return rng.choice(self.solver.best_moves(state))
+        """Exact negamax with a memo; a random one of the best moves, those that leave the fewest
+        wins in one first: in a lost position every move has the same value, and without this it
+        would stop blocking and play like the random player."""
+        best = self.solver.best_moves(state)
+        threats = {move: self.wins_in_one(self.apply(state, move)) for move in best}
+        fewest = min(threats.values())
+        return rng.choice([move for move in best if threats[move] == fewest])
+
+    def wins_in_one(self, state: Board) -> int:
+        """How many moves win at once for the player to move."""
+        if self.returns(state) is not None:
+            return 0
+        me = self.to_move(state)
+        return sum((self.returns(self.apply(state, move)) or (0.0, 0.0))[me] == 1.0 for move in self.legal(state))
 
 
 class TicTacToeEnv(GameEnv):

@@ -16,7 +16,7 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any
 
-from ludus.envs.games.base import DRAW, Game, GameEnv
+from ludus.envs.games.base import DRAW, Game, GameEnv, whole
 
 WORDS = tuple(
     """
@@ -50,9 +50,7 @@ class WordDuel(Game):
     move_help = "<move>WORD</move> with WORD one of the listed words you have not guessed yet"
 
     def __init__(self, max_guesses: int = 8):
-        if not 1 <= max_guesses <= 30:
-            raise ValueError(f"max_guesses must be 1-30, got {max_guesses}")
-        self.max_guesses = max_guesses
+        self.max_guesses = max_guesses = whole("max_guesses", max_guesses, 1, 30)
         self.rules = (
             "Rules (a two-player Wordle race): each player has a secret word; the players take turns guessing the "
             "other's word. A guess must be one of the listed words that you have not guessed before. After each "
@@ -151,8 +149,9 @@ class WordDuelEnv(GameEnv):
     description = "two-player Wordle race against a scripted guesser (random, greedy, minimax); <move>WORD</move>"
 
     def __init__(self, tasks: Any = None, *, max_guesses: int = 8, **kwargs: Any):
-        self.max_guesses = max_guesses
-        super().__init__(tasks, game=WordDuel(max_guesses), **kwargs)
+        game = WordDuel(max_guesses)
+        self.max_guesses = game.max_guesses
+        super().__init__(tasks, game=game, **kwargs)
 
     def params(self) -> str:
         return f"{super().params()},max_guesses={self.max_guesses}"
