@@ -157,6 +157,14 @@ def test_a_query_held_back_past_the_backstop_is_infra_error_not_a_timeout(task):
     db = SQLiteDatabase(task.info["db"])
     limits = QueryLimits(timeout_s=0.05, max_steps=10**15)
     outcome: list[BaseException] = []
+    length = 16  # the backtracking doubles with each "a": find the length that takes 60 ms on this machine ...
+    while True:
+        started = time.perf_counter()
+        re.match(r"(a+)+$", "a" * length + "b")
+        if time.perf_counter() - started > 0.06:
+            break
+        length += 1
+    length += 5  # ... and hold the lock 32 times as long, past the 1 s backstop however fast the machine is
 
     def run() -> None:
         try:
@@ -169,7 +177,7 @@ def test_a_query_held_back_past_the_backstop_is_infra_error_not_a_timeout(task):
     clock = time.pthread_getcpuclockid(runner.ident)
     while time.clock_gettime(clock) < 0.005:  # the query is running
         time.sleep(0.001)
-    re.match(r"(a+)+$", "a" * 24 + "b")  # ~1.5 s of backtracking, the lock held throughout
+    re.match(r"(a+)+$", "a" * length + "b")  # seconds of backtracking, the lock held throughout
     runner.join()
     assert len(outcome) == 1 and isinstance(outcome[0], QueryStarved), outcome
     assert isinstance(outcome[0], InfraError) and "too busy" in str(outcome[0])

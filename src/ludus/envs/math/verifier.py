@@ -253,7 +253,8 @@ def _as_set(a: Answer) -> tuple[str | None, sympy.Set] | None:
         except (NotImplementedError, ValueError, TypeError, sympy.polys.polyerrors.BasePolynomialError):
             return None  # a condition SymPy cannot solve states no set we can compare
         return str(name), solved
-    if isinstance(a, Collection) and _inequality(a):  # "x < -1 or x > 2": pieces that do not overlap
+    if isinstance(a, Collection) and _inequality(a) and len(a.items) <= SET_PIECES:
+        # "x < -1 or x > 2": pieces that do not overlap
         pieces = [_as_set(i) for i in a.items]
         if any(p is None for p in pieces) or len({p[0] for p in pieces}) != 1:  # type: ignore[index]
             return None
@@ -264,6 +265,9 @@ def _as_set(a: Answer) -> tuple[str | None, sympy.Set] | None:
     return None
 
 
+SET_PIECES = 8  # "x < -1 or x > 2 or …": more pieces state no set (each pair is checked for overlap)
+
+
 def _solved(r: Relation, name: sympy.Symbol) -> sympy.Set:
     """The reals where ``r`` holds: ``x < 3`` and ``3 > x`` at once, anything else by SymPy (``|x - 1| < 2``)."""
     op, bound = (r.op, r.rhs) if r.lhs == name else (_FLIP.get(r.op, r.op.replace("<", ">")), r.lhs)
@@ -271,8 +275,37 @@ def _solved(r: Relation, name: sympy.Symbol) -> sympy.Set:
         if op.startswith("<"):
             return sympy.Interval(-sympy.oo, bound, True, op == "<")
         return sympy.Interval(bound, sympy.oo, op == ">", True)
+    difference = r.lhs - r.rhs
+    if _degree(difference, name) > SOLVE_DEGREE or len(difference.atoms(sympy.Abs)) > SOLVE_ABS:
+        raise ValueError("a condition too large to solve")  # x^3 + x^31 > 1 takes SymPy seconds: no set
     condition = _ORDER[r.op](r.lhs.subs(name, _REAL), r.rhs.subs(name, _REAL))
     return sympy.solve_univariate_inequality(condition, _REAL, relational=False)
+
+
+SOLVE_DEGREE = 4  # SymPy solves a condition of at most this degree in its variable ...
+SOLVE_ABS = 2  # ... with at most this many absolute values (each doubles the cases): the rest state no set
+
+
+def _degree(e: sympy.Expr, name: sympy.Symbol) -> float:
+    """An upper bound of the degree of ``e`` in ``name``, counting a function (``|u|``, ``\\sin u``) as its
+    argument and a root as a power (``\\sqrt{u}``: twice ``u``'s degree); infinite where ``name`` is in an exponent
+    together with the base (``x^x``)."""
+    if not e.has(name):
+        return 0
+    if e == name:
+        return 1
+    if e.is_Add:
+        return max(_degree(t, name) for t in e.args)
+    if e.is_Mul:
+        return sum(_degree(f, name) for f in e.args)
+    if e.is_Pow:
+        base, exp = e.args
+        if not base.has(name):
+            return _degree(exp, name)
+        if exp.has(name) or not exp.is_Rational:
+            return math.inf
+        return _degree(base, name) * max(abs(int(exp.p)), int(exp.q))
+    return max(_degree(arg, name) for arg in e.args) if e.args else math.inf
 
 
 def _intervals(s: sympy.Set) -> list[sympy.Interval] | None:
@@ -386,11 +419,20 @@ EXACT_DIGITS = 10  # ... and with this many, for the irrational number it agrees
 
 
 def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
-    """The fraction with the smallest denominator in ``[lo, hi]`` (``0 <= lo <= hi``), by continued fractions."""
-    whole = math.floor(lo)
-    if whole == lo or whole + 1 <= hi:
-        return Fraction(whole if whole == lo else whole + 1)
-    return whole + 1 / _simplest_between(1 / (hi - whole), 1 / (lo - whole))
+    """The fraction with the smallest denominator in ``[lo, hi]`` (``0 <= lo <= hi``), by continued fractions
+    (a loop, not recursion: a decimal of a thousand digits may have thousands of terms)."""
+    terms = []
+    while True:
+        whole = math.floor(lo)
+        if whole == lo or whole + 1 <= hi:
+            terms.append(whole if whole == lo else whole + 1)
+            break
+        terms.append(whole)
+        lo, hi = 1 / (hi - whole), 1 / (lo - whole)
+    simplest = Fraction(terms.pop())
+    while terms:
+        simplest = terms.pop() + 1 / simplest
+    return simplest
 
 
 def _repeating_value(value: sympy.Rational, decimals: int | None) -> sympy.Rational | None:
