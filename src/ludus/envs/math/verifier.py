@@ -211,7 +211,6 @@ def _as_value(a: Answer) -> Answer:
 # ---- sets of real numbers: intervals, their unions, and the inequalities that state them ----
 
 _ORDER = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge}
-_REAL = sympy.Dummy("t", real=True)
 
 
 def _inequality(a: Answer) -> bool:
@@ -268,44 +267,38 @@ def _as_set(a: Answer) -> tuple[str | None, sympy.Set] | None:
 SET_PIECES = 8  # "x < -1 or x > 2 or …": more pieces state no set (each pair is checked for overlap)
 
 
+def _misnamed(a: Answer) -> bool:
+    """``\\{y \\mid x > 3\\}``: a name given to inequalities that never mention it (``\\{x \\mid x > a\\}`` does)."""
+    if not isinstance(a, Labelled) or not _inequality(a.value):
+        return False
+    relations = [r for i in (a.value.items if isinstance(a.value, Collection) else (a.value,)) for r in _relations(i)]
+    names = {str(n) for r in relations for n in (r.lhs - r.rhs).free_symbols}
+    return bool(names) and a.label not in names
+
+
+def _relations(a: Answer) -> tuple[Relation, ...]:
+    if isinstance(a, Labelled):
+        return _relations(a.value)
+    return a.relations if isinstance(a, Chain) else (a,) if isinstance(a, Relation) else ()
+
+
 def _solved(r: Relation, name: sympy.Symbol) -> sympy.Set:
-    """The reals where ``r`` holds: ``x < 3`` and ``3 > x`` at once, anything else by SymPy (``|x - 1| < 2``)."""
-    op, bound = (r.op, r.rhs) if r.lhs == name else (_FLIP.get(r.op, r.op.replace("<", ">")), r.lhs)
-    if name in (r.lhs, r.rhs) and bound.is_number and bound.is_extended_real:
+    """The reals where ``r`` holds when it bounds the variable or its absolute value by a number (``x < 3``,
+    ``3 > x``, ``|z| \\le \\frac32``); any other condition states no set (``ValueError``): a condition to solve
+    is the question's, and copying it (``x^2 - 5x + 6 < 0`` for ``(2, 3)``) is no answer."""
+    op, side, bound = (
+        (r.op, r.lhs, r.rhs) if r.rhs.is_number else (_FLIP.get(r.op, r.op.replace("<", ">")), r.rhs, r.lhs)
+    )
+    if not (bound.is_number and bound.is_extended_real) or side not in (name, sympy.Abs(name)):
+        raise ValueError("not a bound on the variable")
+    strict = op in ("<", ">")
+    if side == name:
         if op.startswith("<"):
-            return sympy.Interval(-sympy.oo, bound, True, op == "<")
-        return sympy.Interval(bound, sympy.oo, op == ">", True)
-    difference = r.lhs - r.rhs
-    if _degree(difference, name) > SOLVE_DEGREE or len(difference.atoms(sympy.Abs)) > SOLVE_ABS:
-        raise ValueError("a condition too large to solve")  # x^3 + x^31 > 1 takes SymPy seconds: no set
-    condition = _ORDER[r.op](r.lhs.subs(name, _REAL), r.rhs.subs(name, _REAL))
-    return sympy.solve_univariate_inequality(condition, _REAL, relational=False)
-
-
-SOLVE_DEGREE = 4  # SymPy solves a condition of at most this degree in its variable ...
-SOLVE_ABS = 2  # ... with at most this many absolute values (each doubles the cases): the rest state no set
-
-
-def _degree(e: sympy.Expr, name: sympy.Symbol) -> float:
-    """An upper bound of the degree of ``e`` in ``name``, counting a function (``|u|``, ``\\sin u``) as its
-    argument and a root as a power (``\\sqrt{u}``: twice ``u``'s degree); infinite where ``name`` is in an exponent
-    together with the base (``x^x``)."""
-    if not e.has(name):
-        return 0
-    if e == name:
-        return 1
-    if e.is_Add:
-        return max(_degree(t, name) for t in e.args)
-    if e.is_Mul:
-        return sum(_degree(f, name) for f in e.args)
-    if e.is_Pow:
-        base, exp = e.args
-        if not base.has(name):
-            return _degree(exp, name)
-        if exp.has(name) or not exp.is_Rational:
-            return math.inf
-        return _degree(base, name) * max(abs(int(exp.p)), int(exp.q))
-    return max(_degree(arg, name) for arg in e.args) if e.args else math.inf
+            return sympy.Interval(-sympy.oo, bound, True, strict)
+        return sympy.Interval(bound, sympy.oo, strict, True)
+    if op.startswith("<"):  # |x| < b
+        return sympy.Interval(-bound, bound, strict, strict)
+    return sympy.Union(sympy.Interval(-sympy.oo, -bound, True, strict), sympy.Interval(bound, sympy.oo, strict, True))
 
 
 def _intervals(s: sympy.Set) -> list[sympy.Interval] | None:
@@ -487,6 +480,8 @@ def _match_unordered(answers: Sequence[Answer], golds: Sequence[Answer]) -> bool
 def equivalent(a: Answer, g: Answer) -> bool:
     """Whether answer ``a`` is equivalent to gold ``g`` under the module's rules."""
     if _inequality(a) or _inequality(g):
+        if _misnamed(a) or _misnamed(g):
+            return False  # \{y \mid x > 3\}: a condition on another variable than the one named
         same = _sets_match(a, g)
         if same is not None:
             return same
@@ -691,13 +686,36 @@ def _parse_gold(text: str) -> tuple[Answer, bool, Unit | None]:
         if any(unit is not None for _, unit in read):
             raise
         options = tuple(o for o, _ in read)
-        names = {o.lhs for o in options if isinstance(o, Relation) and o.op == "=" and o.lhs.is_Symbol}
-        if all(isinstance(o, Expr) for o in options) or (
-            len(names) == 1 and all(isinstance(o, Relation) and o.op == "=" for o in options)
-        ):  # "5 or 9", "x = 1 or x = 2": the values, all of them (a question asking for one is not told apart)
-            return Collection(options), False, None
+        values = [  # "x = \pm 1 or x = 0": three values
+            i for o in options for i in (o.items if isinstance(o, Collection) and _solutions(o.items) else (o,))
+        ]
+        names = {i.lhs for i in values if isinstance(i, Relation)}
+        if len(names) <= 1 and all(isinstance(i, Expr) or _solutions((i,)) for i in values):
+            # "5 or 9", "x = 1 or x = 2", "x = 1 or 2": the values, all of them (a question asking for one is not
+            # told apart)
+            return (Collection(options) if not names else _read(text, False, lists=True)[0]), False, None
+        if all(_inequality(o) for o in options):  # "x < -1 or x > 2": the pieces of one set of reals, never a choice
+            return _read(text, False, lists=True)[0], False, None
+        cores = [o.value if isinstance(o, Labelled) else o for o in options]
+        labels = {o.label for o in options if isinstance(o, Labelled)}
+        if all(_interval(c) for c in cores) and (not labels or len(labels) == 1 == len({type(o) for o in options})):
+            # "(-\infty, 1) or (3, \infty)", "x \in [0, 1] or x \in [2, 3]": one set of reals, its pieces
+            union = IntervalUnion(tuple(cores))
+            return (Labelled(labels.pop(), union) if labels else union), False, None
         return Alternatives(options), False, None
     return answer, as_choice, unit
+
+
+def _solutions(items: Sequence[Answer]) -> bool:
+    """``x = 1, x = -1``: values given to one name."""
+    return all(isinstance(i, Relation) and i.op == "=" and i.lhs.is_Symbol for i in items)
+
+
+def _interval(a: Answer) -> bool:
+    """An interval no one would read as a point: a closed end or an infinite one (``[0, 1)``, ``(3, \\infty)``)."""
+    if not isinstance(a, Bracketed) or _as_set(a) is None:
+        return False
+    return "[" in a.open or "]" in a.close or any(isinstance(i, Expr) and i.value.is_infinite for i in a.items)
 
 
 def _in_gold_unit(answer: Answer, unit: Unit | None, gold_unit: Unit | None) -> Answer | None:
