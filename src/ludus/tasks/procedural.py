@@ -53,16 +53,21 @@ def in_eval_bucket(prompt: str, eval_fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
 
 
+def check_split(split: str, eval_fraction: float) -> None:
+    """The split and eval fraction of a seeded task source, or ``ValueError`` saying what is allowed."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if not 0.0 < eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+
+
 class ProceduralTasks:
     """An endless, deterministic :class:`~ludus.core.env.TaskSource` over one family."""
 
     size: int | None = None
 
     def __init__(self, family: TaskFamily, seed: int = 0, split: Split = "train", eval_fraction: float = 0.1):
-        if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-        if not 0.0 < eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+        check_split(split, eval_fraction)
         self.family, self.seed, self.split, self.eval_fraction = family, seed, split, eval_fraction
 
     def get(self, index: int) -> Task:

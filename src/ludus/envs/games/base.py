@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from ludus.core.env import Env, JsonTypes, Split
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
+from ludus.tasks.procedural import check_split, in_eval_bucket
 
 State = Any  # a game's own immutable, hashable state
 Player = Callable[[State, random.Random], str]  # a scripted player: the state (its turn) -> a legal move
@@ -219,10 +220,7 @@ class GameTasks:
     MAX_TRIES = 2_000
 
     def __init__(self, env: GameEnv, seed: int, split: Split, eval_fraction: float):
-        if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-        if not 0.0 < eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+        check_split(split, eval_fraction)
         self.env, self.seed, self.split, self.eval_fraction = env, seed, split, eval_fraction
 
     def get(self, index: int) -> Task:
@@ -231,8 +229,7 @@ class GameTasks:
         for _ in range(self.MAX_TRIES):
             setup = env.draw_setup(rng)
             content = f"{env.name}:{env.params()}:{setup}"
-            in_eval = int(digest(content), 16) / 16**16 < self.eval_fraction
-            if in_eval != (self.split == "eval"):
+            if in_eval_bucket(content, self.eval_fraction) != (self.split == "eval"):
                 continue
             if env.game.terminal(env.advance(setup, env.start_state(setup))[0]):
                 continue  # the opponent ended the game before the policy's first move (winnable=False)
