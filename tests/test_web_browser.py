@@ -3,6 +3,7 @@ actions, the network fence around each episode, isolation between episodes, and 
 when the model floods, storms or the tab dies."""
 
 import threading
+import time
 
 import psutil
 import pytest
@@ -324,7 +325,12 @@ def test_episodes_leave_nothing_behind_across_threads():
         thread.join(120)
     assert not errors
     assert service.stats()["tabs"] == tabs
-    assert chromium_processes() <= before + 2  # renderer processes may linger a moment, never pile up
+    # Chromium ends a closed context's renderers asynchronously, later still on a busy
+    # machine: wait for them to go (a leak never goes), then the count is the warm pool's.
+    deadline = time.monotonic() + 60
+    while chromium_processes() > before + 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert chromium_processes() <= before + 2
 
 
 def test_screenshots_for_multimodal_models(tmp_path):
