@@ -165,7 +165,7 @@ def test_an_illegal_move_loses_by_default() -> None:
 
 def test_retries_are_counted_then_the_game_is_lost() -> None:
     env = NimEnv(illegal="retry:2")
-    assert env.max_turns == NimEnv().max_turns + 2
+    assert env.max_turns == NimEnv().max_turns + 2 * 2  # two refusals for each seat
     task = first_task(env)
     env.reset(task)
     for left in (1, 0):

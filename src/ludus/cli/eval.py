@@ -30,6 +30,7 @@ RUN_SETTINGS: dict[str, Any] = {
     "temperature": None,
     "top_p": 1.0,
     "max_tokens": 32,
+    "actors": [],
 }
 RECORD = "eval.json"
 
@@ -51,6 +52,14 @@ def add_parser(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
         "(transformers models, and servers that return calls as text)",
     )
     p.add_argument("--env-args", help=ENV_ARGS_HELP)
+    p.add_argument(
+        "--actor",
+        dest="actors",
+        action="append",
+        metavar="NAME=MODEL",
+        help="another policy, for the seats an environment gives to actor NAME (a game with env args "
+        '{"opponent": "actor:NAME"}): a saved model folder, hf:PATH or http(s)://HOST/v1; repeatable',
+    )
     p.add_argument("--split", help="task split: train or eval (default eval)")
     p.add_argument("--tasks", type=int, help="how many tasks (default: all, or 100 of an endless source)")
     p.add_argument("--samples", type=int, help="samples per task (default 1)")
@@ -83,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ludus.cli.common import console, progress_bar
+    from ludus.core.types import ACTOR_NAME
     from ludus.policies import SamplingParams, load_policy
     from ludus.rollout.engine import RolloutConfig
     from ludus.rollout.evaluate import evaluate
@@ -135,6 +145,17 @@ def run(args: argparse.Namespace) -> int:
         policy = NothingPolicy()
     else:
         policy = load_policy(args.model, **options)
+    actors = {}
+    try:
+        for given in args.actors:
+            name, _, spec = given.partition("=")
+            if not ACTOR_NAME.fullmatch(name) or not spec:
+                raise ValueError(f"--actor takes NAME=MODEL (NAME of letters, digits, '_', '.', '-'), got {given!r}")
+            actors[name] = load_policy(spec)
+    except BaseException:
+        for actor in [policy, *actors.values()]:
+            actor.close()
+        raise
     record(run_dir, {name: getattr(args, name) for name in RUN_SETTINGS} | {"tasks": count}, args.resume)
     config = RolloutConfig(max_batch=args.batch, env_concurrency=args.env_workers, generate_calls=args.generate_calls)
     console().print(
@@ -145,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         host = placement.host()
     except (ImportError, ConnectionError, RuntimeError) as exc:  # no Ray, no cluster, no server: say so
-        policy.close()
+        for actor in [policy, *actors.values()]:
+            actor.close()
         console().print(f"[red]error:[/] {exc}")
         return 2
     if args.ray:
@@ -179,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
                 config=config,
                 on_trajectory=on_trajectory,
                 host=host,
+                actors=actors,
             )
     except KeyboardInterrupt:
         console().print(
@@ -187,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 130
     finally:
-        policy.close()
+        for actor in [policy, *actors.values()]:
+            actor.close()
         host.shutdown()
     table = Table("metric", "value", title=f"{args.env} × {args.model}")
     table.add_row("tasks", str(summary.tasks))
@@ -253,6 +277,8 @@ def run_settings(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             recorded = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             recorded = None
+        if isinstance(recorded, dict):
+            recorded.setdefault("actors", [])  # recorded before --actor existed
         if not isinstance(recorded, dict) or not set(RUN_SETTINGS) <= set(recorded):
             raise ValueError(f"{path} is not a record of an evaluation's settings: evaluate under a new --name")
         changed = [name for name in RUN_SETTINGS if name in given and given[name] != recorded[name]]

@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, Self
 
+ACTOR_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # an actor's name (Observation.actor): config keys, env args
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
@@ -218,23 +220,38 @@ class Score(_JsonMixin):
 
 @dataclass
 class Observation(_JsonMixin):
-    """What the policy sees: the conversation so far and the tools it may call."""
+    """What the policy sees: the conversation so far and the tools it may call.
+
+    ``actor`` names who answers it: ``""`` (the default) the policy being run or trained; any
+    other name one of the engine's other policies (``RolloutEngine(actors=...)``: the other seat
+    of a game, played by a frozen checkpoint or a model behind a URL), whose replies are stepped
+    like any action but are never the trajectory's turns."""
 
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
+    actor: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "messages": [m.to_dict() for m in self.messages],
             "tools": [t.to_dict() for t in self.tools],
         }
+        if self.actor:
+            out["actor"] = self.actor
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Observation:
         kw = _known(cls, data)
+        actor = kw.get("actor", "")
+        if not isinstance(actor, str) or (actor and not ACTOR_NAME.fullmatch(actor)):
+            raise ValueError(
+                f"an observation's actor must be a name of letters, digits, '_', '.', '-'; got {actor!r}"[:200]
+            )
         return cls(
             messages=[Message.from_dict(m) for m in kw.get("messages", [])],
             tools=[ToolSpec.from_dict(t) for t in kw.get("tools", [])],
+            actor=actor,
         )
 
 
@@ -357,7 +374,7 @@ class Trajectory(_JsonMixin):
     @property
     def reward(self) -> float:
         """The episode return: the sum of per-step rewards."""
-        return sum(t.reward for t in self.turns)
+        return sum((t.reward for t in self.turns), 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {

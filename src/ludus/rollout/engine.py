@@ -25,8 +25,9 @@ import asyncio
 import json
 import os
 import time
+import zlib
 from collections import defaultdict
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,15 +124,64 @@ class _InfraFailure(Exception):
         self.retry = retry
 
 
-class _Generation:
-    """Queue of conversations waiting for the model, drained by one loop into batched calls."""
+class _Flight:
+    """The generation queues of one stream — the engine's policy's and one per actor that an
+    observation named — and the episodes in flight, which lockstep counts across all of them."""
 
     def __init__(
-        self, policy: Policy, sampling: SamplingParams, config: RolloutConfig, generator: torch.Generator | None
+        self,
+        engine: RolloutEngine,
+        generator: torch.Generator | None,
+    ):
+        self.engine, self.generator = engine, generator
+        self.alive = 0  # episodes in flight (lockstep waits until every one waits for a model)
+        self.released: set[_Generation] = set()  # lockstep: the queues that may take what they hold
+        self.queues: dict[str, _Generation] = {}
+        self.loops: list[asyncio.Task[None]] = []
+        self.learner = self.queue("")
+
+    def queue(self, actor: str) -> _Generation:
+        """The queue of ``actor`` (``""``: the engine's policy), made and started on first use."""
+        if actor not in self.queues:
+            engine = self.engine
+            policy = engine.policy if not actor else engine.actors.get(actor)
+            if policy is None:
+                known = ", ".join(sorted(engine.actors)) or "none"
+                raise _InfraFailure(f"the environment asked actor {actor!r}, which the engine was not given ({known})",
+                                    retry=False)  # fmt: skip
+            generator = self.generator
+            if actor and generator is not None:  # each actor its own stream of draws, seeded from the engine's
+                generator = torch.Generator().manual_seed(generator.initial_seed() + zlib.crc32(actor.encode()))
+            self.queues[actor] = queue = _Generation(policy, engine.sampling, engine.config, generator, self)
+            self.loops.append(asyncio.create_task(queue.loop()))
+        return self.queues[actor]
+
+    def waiting(self) -> int:
+        return sum(q.waiting() for q in self.queues.values())
+
+    def wake_all(self) -> None:
+        for q in self.queues.values():
+            q.wake.set()
+
+    def episode_ended(self) -> None:
+        self.alive -= 1
+        self.wake_all()  # in lockstep, the others may now be all that is left
+
+
+class _Generation:
+    """Queue of conversations waiting for one model, drained by one loop into batched calls."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        sampling: SamplingParams,
+        config: RolloutConfig,
+        generator: torch.Generator | None,
+        flight: _Flight,
     ):
         self.policy, self.sampling, self.config, self.generator = policy, sampling, config, generator
+        self.flight = flight
         self.pending: list[tuple[int, list[Message], list[ToolSpec], asyncio.Future[Completion]]] = []
-        self.alive = 0  # episodes in flight (lockstep waits until all of them are pending)
         self.wake = asyncio.Event()
         self.busy_s = 0.0  # wall time with at least one generate call in flight
         self.calls = 0
@@ -141,19 +191,29 @@ class _Generation:
     async def complete(self, order: int, messages: list[Message], tools: list[ToolSpec]) -> Completion:
         future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
         self.pending.append((order, list(messages), list(tools), future))
-        self.wake.set()
+        if self.config.lockstep and len(self.flight.queues) > 1:
+            self.flight.wake_all()  # this may be the last episode another queue waits for
+        else:
+            self.wake.set()
         return await future
 
-    def episode_ended(self) -> None:
-        self.alive -= 1
-        self.wake.set()  # in lockstep, the others may now be all that is left
+    def waiting(self) -> int:
+        self.pending = [item for item in self.pending if not item[3].done()]  # episodes cancelled while queued
+        return len(self.pending)
 
     def _take(self) -> list[tuple[int, list[Message], list[ToolSpec], asyncio.Future[Completion]]]:
-        self.pending = [item for item in self.pending if not item[3].done()]  # episodes cancelled while queued
+        flight = self.flight
         if self.config.lockstep:
-            if len(self.pending) < self.alive:
-                return []  # someone is still in the environment
+            if self not in flight.released:
+                if flight.waiting() < flight.alive:
+                    return []  # someone is still in the environment
+                flight.released = set(flight.queues.values())  # every queue takes what it holds now
+                flight.wake_all()
+            flight.released.discard(self)
+            self.waiting()
             self.pending.sort(key=lambda item: item[0])
+        else:
+            self.waiting()
         batch, self.pending = self.pending[: self.config.max_batch], self.pending[self.config.max_batch :]
         return batch
 
@@ -222,14 +282,20 @@ class RolloutEngine:
         host: EnvHost | None = None,
         stop_when: StopHook | None = None,
         generator: torch.Generator | None = None,
+        actors: Mapping[str, Policy] | None = None,
     ):
         """``host`` runs the environments (see hosts.py); by default a ``ThreadHost`` of
         ``env_concurrency`` threads, made and shut down by each ``stream``. A host you pass is
         yours to shut down. ``stop_when(trajectory, result)`` is asked after every step that
         did not end the episode; a ``Score`` it returns ends the episode with that score
         (early termination: a code episode whose visible tests fail, a runaway dialogue).
-        ``generator`` seeds the sampling of a local model (reproducible with ``lockstep``)."""
+        ``generator`` seeds the sampling of a local model (reproducible with ``lockstep``).
+        ``actors``: other policies by name, for observations that name one (``Observation.actor``:
+        a game's other seat); each gets its own batched queue, and its replies are never turns.
+        The mapping is read when an episode first asks for a name, so a caller may add to it
+        between streams (an opponent pool)."""
         self.policy, self.env_factory, self.sampling = policy, env_factory, sampling
+        self.actors: Mapping[str, Policy] = actors if actors is not None else {}
         self.config = config or RolloutConfig()
         self.host = host
         self.stop_when = stop_when
@@ -255,7 +321,8 @@ class RolloutEngine:
         (at most ``max_episodes`` in flight), so the iterable may be endless; an async iterable
         may also pace them (the trainer's staleness bound admits a group only when it may)."""
         skip = sink.done_keys() if sink is not None else set()
-        generation = _Generation(self.policy, self.sampling, self.config, self.generator)
+        flight = _Flight(self, self.generator)
+        generation = flight.learner
         host = self.host or ThreadHost(self.config.env_concurrency)
         admitted = asyncio.Semaphore(self.config.max_episodes)
         finished: asyncio.Queue[Trajectory | None] = asyncio.Queue()
@@ -264,12 +331,12 @@ class RolloutEngine:
 
         async def one(order: int, request: EpisodeRequest) -> None:
             try:
-                trajectory = await self._episode(order, request, generation, host)
+                trajectory = await self._episode(order, request, flight, host)
                 if sink is not None:
                     sink.write(trajectory)
                 await finished.put(trajectory)
             finally:
-                generation.episode_ended()
+                flight.episode_ended()
                 admitted.release()
 
         async def admit() -> None:
@@ -280,7 +347,7 @@ class RolloutEngine:
                     if request.key in skip:
                         continue
                     await admitted.acquire()
-                    generation.alive += 1
+                    flight.alive += 1
                     task = asyncio.create_task(one(order, request))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -290,16 +357,15 @@ class RolloutEngine:
             finally:
                 await finished.put(None)
 
-        generator = asyncio.create_task(generation.loop())
         feeder = asyncio.create_task(admit())
         try:
             while (trajectory := await finished.get()) is not None:
                 yield trajectory
             await feeder  # re-raises an error of the request iterable
         finally:
-            for task in (feeder, generator, *running):
+            for task in (feeder, *flight.loops, *running):
                 task.cancel()
-            await asyncio.gather(feeder, generator, *running, return_exceptions=True)
+            await asyncio.gather(feeder, *flight.loops, *running, return_exceptions=True)
             if self.host is None:
                 host.shutdown()
             wall = time.monotonic() - started
@@ -324,7 +390,7 @@ class RolloutEngine:
 
     # ---- one episode ----
 
-    async def _episode(self, order: int, request: EpisodeRequest, generation: _Generation, host: EnvHost) -> Trajectory:
+    async def _episode(self, order: int, request: EpisodeRequest, flight: _Flight, host: EnvHost) -> Trajectory:
         attempts = 0
         while True:
             attempts += 1
@@ -333,10 +399,10 @@ class RolloutEngine:
             )
             try:
                 if self.config.episode_timeout_s is None:
-                    await self._attempt(order, request, trajectory, generation, host)
+                    await self._attempt(order, request, trajectory, flight, host)
                 else:
                     await asyncio.wait_for(
-                        self._attempt(order, request, trajectory, generation, host), self.config.episode_timeout_s
+                        self._attempt(order, request, trajectory, flight, host), self.config.episode_timeout_s
                     )
                 retry = True  # an infra_error the environment reported (a sandbox failure, say)
             except TimeoutError:
@@ -354,7 +420,7 @@ class RolloutEngine:
                 return trajectory
 
     async def _attempt(
-        self, order: int, request: EpisodeRequest, trajectory: Trajectory, generation: _Generation, host: EnvHost
+        self, order: int, request: EpisodeRequest, trajectory: Trajectory, flight: _Flight, host: EnvHost
     ) -> None:
         factory = request.env or self.env_factory
         env: HostedEnv = await self._env_call("create", host.open(factory), host.opens_quickly(factory))
@@ -363,22 +429,27 @@ class RolloutEngine:
             quick = env.calls is EnvCalls.QUICK
             obs: Observation = await self._env_call("reset", env.reset(request.task, request.seed), quick)
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
+            actor = obs.actor
             while True:
                 try:
-                    completion = await generation.complete(order, trajectory.messages, trajectory.tools)
+                    completion = await flight.queue(actor).complete(order, trajectory.messages, trajectory.tools)
                 except PolicyError as exc:
-                    raise _InfraFailure(f"model backend: {exc}") from None
+                    raise _InfraFailure(f"model backend{f' of actor {actor!r}' if actor else ''}: {exc}") from None
                 action = completion.message()
                 result: StepResult = await self._env_call("step", env.step(action), quick)
-                trajectory.turns.append(
-                    Turn(
-                        completion.prompt_ids,
-                        completion.completion_ids,
-                        completion.logprobs,
-                        result.reward,
-                        completion.finish_reason,
+                if not actor:
+                    trajectory.turns.append(
+                        Turn(
+                            completion.prompt_ids,
+                            completion.completion_ids,
+                            completion.logprobs,
+                            result.reward,
+                            completion.finish_reason,
+                        )
                     )
-                )
+                elif trajectory.turns:  # another policy's turn is not the trajectory's: its reward goes to the last one
+                    trajectory.turns[-1].reward += result.reward
+                actor = result.observation.actor
                 # the conversation as Env.step leaves it: the action, then what the environment added
                 # (or, when an agent rewrote its history, the conversation it sends next)
                 if result.history_rewritten:

@@ -15,7 +15,7 @@ import asyncio
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +162,7 @@ def evaluate(
     config: RolloutConfig | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
     host: EnvHost | None = None,
+    actors: Mapping[str, Policy] | None = None,
 ) -> Summary:
     """Run ``samples`` episodes per task and summarise them: ``ludus eval``, the trainer's held-out
     evaluation and the benchmarks all measure through here.
@@ -169,8 +170,9 @@ def evaluate(
     With a ``run_dir``, trajectories stream to its file and the summary covers every trajectory
     in it: without ``resume`` an existing file is an error (it would mix two runs); with it, the
     episodes already there are skipped. Without one, nothing is written. ``host`` runs the
-    environments (a ``RayHost``, say; the caller shuts it down); by default threads of this process."""
-    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config, host)
+    environments (a ``RayHost``, say; the caller shuts it down); by default threads of this process.
+    ``actors``: other policies by name, for the seats an environment hands to them (a game's opponent)."""
+    engine = RolloutEngine(policy, env_factory, sampling or SamplingParams(), config, host, actors=actors)
     if run_dir is None:
         done = engine.run(requests(tasks, samples))
         if on_trajectory is not None:

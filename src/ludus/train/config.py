@@ -16,6 +16,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from ludus.core.types import ACTOR_NAME
+
 # the GRPO variants (train/grpo.py explains each); defined here so that reading a config imports no torch
 Scale = Literal["group", "batch", "none"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -23,6 +25,7 @@ TurnCredit = Literal["episode", "reward_to_go"]
 ImportanceRatio = Literal["token", "sequence"]
 ImportanceMode = Literal["truncate", "mask"]
 OfflineObjective = Literal["reward_weighted", "importance_weighted", "filtered_bc"]
+POOL_PREFIX = "pool-"  # self-play's pool members are the actors pool-STEP (train/selfplay.py)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,19 @@ class TrainConfig:
     # environment takes that task from any client; true: on its own task always (logs you made: a forged task can
     # name any file on this machine)
     trust_logged_tasks: bool = False
+    # self-play on a two-player game (train/selfplay.py, docs/games.md): each group's opponent is the learner
+    # itself (self_play_latest of the groups; both seats trained) or a pool member: the learner's weights
+    # saved every pool_every steps, the newest pool_size kept, drawn by recency or by rating (those most
+    # likely to beat the learner most often). Elo ratings of the learner, the pool and the scripted players
+    # are logged; held-out evaluation plays each scripted player
+    self_play: bool = False
+    pool_every: int = 10
+    pool_size: int = 5
+    pool_sampling: Literal["recency", "rating"] = "recency"
+    self_play_latest: float = 0.5
+    # other policies by name, each a model spec as for `model` (a saved folder, hf:PATH, an http(s)://.../v1
+    # OpenAI-compatible server): a game's seat plays one with env_args opponent: "actor:NAME" (docs/games.md)
+    actors: dict[str, str] = field(default_factory=dict)
     # evaluation and logging
     eval_every: int = 25
     eval_size: int = 200
@@ -292,10 +308,48 @@ class TrainConfig:
         for url in self.env_servers:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"config field 'env_server' holds addresses like http://HOST:PORT, got {url!r}")
+        self._validate_self_play()
         self._validate_model()
         self._validate_rollout_server()
         self._validate_tasks()
         self._validate_logs()
+
+    def _validate_self_play(self) -> None:
+        """Self-play's settings, and what it cannot be combined with (the game itself is checked
+        when the run makes it)."""
+        if self.pool_every < 1 or self.pool_size < 1:
+            raise ConfigError(
+                f"config fields 'pool_every' and 'pool_size' must be at least 1, got {self.pool_every} and {self.pool_size}"
+            )
+        if not 0 <= self.self_play_latest <= 1:
+            raise ConfigError(f"config field 'self_play_latest' must be in [0, 1], got {self.self_play_latest}")
+        for name, spec in self.actors.items():
+            if not isinstance(name, str) or not ACTOR_NAME.fullmatch(name) or name.startswith(POOL_PREFIX):
+                raise ConfigError(
+                    f"config field 'actors': {name!r} is not an actor's name (letters, digits, '_', '.', '-'; up to "
+                    f"64; not starting with {POOL_PREFIX!r}, self-play's pool)"
+                )
+            if not isinstance(spec, str) or not spec or spec in ("tiny", "oracle", "nothing"):
+                raise ConfigError(
+                    f"config field 'actors': {name} must name a model: a saved folder, hf:PATH or an http(s)://.../v1 "
+                    f"server; got {spec!r}"
+                )
+        if not self.self_play:
+            return
+        clashes = {
+            "envs": self.envs,
+            "curriculum": self.curriculum,
+            "max_staleness": self.max_staleness,
+            "offline": self.offline,
+            "replay": self.replay,
+            "group_judge": self.group_judge,
+        }
+        given = [name for name, value in clashes.items() if value]
+        if given:
+            raise ConfigError(
+                f"config field 'self_play' trains one game in lockstep against a pool it changes between steps: "
+                f"drop {', '.join(given)}"
+            )
 
     def _validate_logs(self) -> None:
         """Offline training and replay: what they read, and what they cannot be combined with."""

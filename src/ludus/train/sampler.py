@@ -42,14 +42,14 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from ludus.core.env import Env
-from ludus.core.types import Message, Trajectory
+from ludus.core.types import Message, Task, Trajectory
 from ludus.policies.base import Completion, Policy, SamplingParams, Tools, TrainablePolicy
 from ludus.rollout.engine import EpisodeRequest, RolloutConfig, RolloutEngine, requests, sample_index
 from ludus.rollout.hosts import EnvHost
@@ -157,7 +157,9 @@ class Sampler(ABC):
 
     ``policy`` is the learner's. ``behaviour``, if given, samples in its place and gets its
     weights through ``sync`` (an inference server's client); by default the sampler's own
-    (:meth:`_own_behaviour`). The task stream continues from ``start``. ``generator`` seeds
+    (:meth:`_own_behaviour`). The task stream continues from ``start``. ``actors``: the engine's
+    other policies (self-play's pool); ``task_of(task, group)``: the task group number ``group``
+    plays (self-play gives each its opponent). ``generator`` seeds
     sampling: the trainer gives a lockstep sampler the learner's, so that one seeded stream makes
     the whole run reproducible; by default one seeded from ``config.seed`` and the start step."""
 
@@ -173,8 +175,11 @@ class Sampler(ABC):
         *,
         generator: torch.Generator | None = None,
         behaviour: SyncedPolicy | None = None,
+        actors: Mapping[str, Policy] | None = None,
+        task_of: Callable[[Task, int], Task] | None = None,
     ):
         self.policy, self.picker, self.config = policy, picker, config
+        self.task_of = task_of
         self.behaviour = behaviour if behaviour is not None else self._own_behaviour(policy)
         self._loss = config.loss()
         self._engine = RolloutEngine(
@@ -184,8 +189,13 @@ class Sampler(ABC):
             self._rollout_config(),
             host=host,
             generator=generator if generator is not None else torch.Generator().manual_seed(config.seed + start.step),
+            actors=actors,
         )
         self._resume(start)
+
+    def _task(self, pick: Pick, group: int) -> Task:
+        """Group ``group``'s task: its pick's, or as ``task_of`` makes it (self-play: its opponent)."""
+        return pick.task if self.task_of is None else self.task_of(pick.task, group)
 
     def _own_behaviour(self, policy: TrainablePolicy) -> SyncedPolicy | None:
         """What samples without an inference server: the learner's policy itself (``None``)."""
@@ -250,7 +260,7 @@ class LockstepSampler(Sampler):
             picks = [self.picker.pick() for _ in range(min(c.prompts_per_step, math.ceil(missing / max(rate, 0.25))))]
             first, self._next_group = self._next_group, self._next_group + len(picks)
             episodes = itertools.chain.from_iterable(
-                requests([pick.task], c.group_size, first=first + i, numbered=True, env=pick.arm.env)
+                requests([self._task(pick, first + i)], c.group_size, first=first + i, numbered=True, env=pick.arm.env)
                 for i, pick in enumerate(picks)
             )
             trajs = self._engine.run(episodes)
@@ -431,5 +441,6 @@ class AheadSampler(Sampler):
                             self._next_group = group + 1
                         break
                 await self._wake.wait()
-            for request in requests([pick.task], self.group_size, first=group, numbered=True, env=pick.arm.env):
+            task = self._task(pick, group)
+            for request in requests([task], self.group_size, first=group, numbered=True, env=pick.arm.env):
                 yield request

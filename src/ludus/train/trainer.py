@@ -49,8 +49,8 @@ import torch
 from ludus import policies
 from ludus.core import registry
 from ludus.core.env import Env
-from ludus.core.types import Score, Trajectory
-from ludus.policies.base import PolicyError, SamplingParams, TrainablePolicy
+from ludus.core.types import Score, Task, Trajectory
+from ludus.policies.base import Policy, PolicyError, SamplingParams, TrainablePolicy
 from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.rollout.engine import RolloutConfig
 from ludus.rollout.evaluate import env_counts, evaluate
@@ -64,6 +64,7 @@ from ludus.train.curriculum import Pick, TaskPicker, build_picker
 from ludus.train.ranking import group_judge, rank_groups
 from ludus.train.run_folder import CHECKPOINT_PREFIX, RunFolder
 from ludus.train.sampler import AheadSampler, LockstepSampler, Sampler, StreamPosition
+from ludus.train.selfplay import SelfPlay, seat_groups, win_rate
 from ludus.train.supervised import base_policy, fit_context
 
 if TYPE_CHECKING:
@@ -244,8 +245,8 @@ def step_metrics(step: int, groups: list[list[Trajectory]]) -> dict[str, Any]:
         "accuracy": round(sum(t.score.correct for t in gradable) / len(gradable), 4),  # type: ignore[union-attr]
         "zero_variance_frac": round(float((grouped_std == 0).float().mean()), 4),
         "masked_infra_errors": int((~valid).sum()),
-        "completion_len/mean": round(sum(lengths) / len(lengths), 3),
-        "completion_len/max": max(lengths),
+        "completion_len/mean": round(sum(lengths) / len(lengths), 3) if lengths else 0.0,  # no turns: an
+        "completion_len/max": max(lengths, default=0),  # opponent that forfeited before the learner moved
         "staleness/mean": round(sum(staleness) / len(staleness), 4),
         "staleness/max": max(staleness),
         **{f"env/{k}": round(v / len(trajs), 4) for k, v in env_counts(trajs).items()},  # per episode
@@ -314,6 +315,9 @@ class Trainer:
         self.logged: offline.LoggedBatches | None = None  # the groups of offline's or replay's logs
         self.logged_weights: dict[int, float] = {}  # offline: each logged episode's weight
         self.unpushed: str | None = None  # why the last update's weights did not reach the inference server
+        self.actors: dict[str, Policy] = {}  # the engine's other policies: config actors, self-play's pool
+        self.self_play: SelfPlay | None = None  # the pool and the ratings of a self-play run
+        self.scripted: dict[str, tuple[Callable[[], Env], tuple[Task, ...]]] = {}  # self-play: eval per player
 
     @property
     def run_dir(self) -> Path:
@@ -409,7 +413,7 @@ class Trainer:
             self.learner.policy.save(self.folder.final)  # reward.png is already drawn: the last step evaluated
             return RunResult(self.run_dir, step, elapsed, curve, interrupted)
         finally:
-            for part in (self.sampler, self.inference_server, self.ranker and self.ranker[0]):
+            for part in (self.sampler, self.inference_server, self.ranker and self.ranker[0], *self.actors.values()):
                 if part is not None:
                     part.close()
             if self.host is not None:
@@ -430,6 +434,9 @@ class Trainer:
             torch.set_num_threads(c.threads or default_threads())
             self.picker, arm_envs = build_picker(c, self.env_factory, first)
             first = None  # the picker's now
+            self.actors.update(self._load_actors())
+            if c.self_play:
+                self._start_self_play(arm_envs[0])
             policy = self._load_policy(arm_envs)
             reference = copy.deepcopy(policy.module).eval().requires_grad_(False) if c.beta > 0 else None
             optimizer = torch.optim.AdamW(policy.module.parameters(), lr=c.lr, weight_decay=c.weight_decay)
@@ -487,6 +494,8 @@ class Trainer:
             position,
             generator=None if c.max_staleness > 0 else self.learner.generator,
             behaviour=self.inference_server,
+            actors=self.actors,
+            task_of=None if self.self_play is None else self.self_play.task,
         )
 
     def _halt(self, mark: ResumePoint, exc: Exception) -> NoReturn:
@@ -534,6 +543,12 @@ class Trainer:
             self.folder.forget_after(step)
         if "picker" in state:
             self.picker.load_state_dict(state["picker"])
+        if self.self_play is not None and self.resume:
+            missing = self.self_play.load_state_dict(state.get("self_play", {}), step)
+            if missing:
+                self.log(
+                    f"self-play: the pool's {', '.join(missing)} are no longer on disk; the pool goes on without them"
+                )
         next_group = int(state.get("next_group", step * self.config.prompts_per_step))
         return step, elapsed, StreamPosition(step, next_group, tuple(state.get("unconsumed_groups", ())))
 
@@ -558,6 +573,7 @@ class Trainer:
                     sampling=SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens),
                     config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
                     host=self.host,
+                    actors=self.actors,
                 )
             per_arm[key] = {
                 "accuracy": summary.accuracy,
@@ -581,7 +597,63 @@ class Trainer:
         }
         if len(per_arm) > 1:
             record |= {f"eval/{key}/{name}": v for key, values in per_arm.items() for name, v in values.items()}
+        if self.self_play is not None:
+            record |= self._evaluate_players()
         return record
+
+    def _load_actors(self) -> dict[str, Policy]:
+        """The config's ``actors``: each a policy that may play a seat of a game (``actor:NAME``)."""
+        loaded = {}
+        for name, spec in self.config.actors.items():
+            try:
+                loaded[name] = policies.load_policy(spec)
+            except (ValueError, OSError, ImportError) as exc:
+                raise ConfigError(f"config field 'actors': {name} ({spec!r}): {exc}") from exc
+        return loaded
+
+    def _start_self_play(self, env: Env) -> None:
+        """Self-play's pool (under the run's ``pool/``) and each scripted player's held-out games:
+        the game's own eval starts, against that player."""
+        c = self.config
+        game = getattr(env, "game", None)  # a GameEnv's (envs/games/), known here by its face alone
+        if not callable(getattr(game, "players", None)):
+            raise ConfigError(f"config field 'self_play' needs a two-player game (docs/games.md); {c.env!r} is not one")
+        self.self_play = SelfPlay(
+            self.run_dir / "pool",
+            every=c.pool_every,
+            size=c.pool_size,
+            sampling=c.pool_sampling,
+            latest=c.self_play_latest,
+            seed=c.seed,
+            model_args=c.model_args,
+            actors=self.actors,
+        )
+        for player in game.players():  # type: ignore[union-attr]
+            make = registry.factory(c.env, {**c.env_args, "opponent": player})
+            with contextlib.closing(make()) as scripted:
+                source = scripted.task_source("eval")
+                self.scripted[player] = (make, tuple(source.get(i) for i in range(c.eval_size)))
+
+    def _evaluate_players(self) -> dict[str, float]:
+        """Greedy games on held-out starts against each scripted player: win, draw and loss rates,
+        and the ratings they move."""
+        assert self.self_play is not None
+        record: dict[str, float] = {}
+        for player, (make, tasks) in self.scripted.items():
+            games: list[Trajectory] = []
+            size = len(tasks)
+            evaluate(
+                self.learner.policy,
+                make,
+                list(tasks),
+                sampling=SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens),
+                config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
+                host=self.host,
+                on_trajectory=games.append,
+            )
+            self.self_play.record_eval(player, games)
+            record |= {f"eval/vs_{player}/{name}": value for name, value in win_rate(games).items()}
+        return record | self.self_play.elo.metrics()
 
     def _step(self, step: int, elapsed_s: float) -> tuple[dict[str, Any], float]:
         """One RL step: take the step's groups from the sampler (and the replayed logs), learn; its
@@ -593,6 +665,8 @@ class Trainer:
         batch = self.sampler.take(step)
         groups = [group for _, group in batch.kept]
         sampled = [group for _, group in batch.sampled]
+        if self.self_play is not None:  # GRPO per task and seat (SPIRAL's role-conditioned baseline)
+            groups = [seat for group in groups for seat in seat_groups(group)]
         if self.ranker is not None:
             judge, judge_rounds = self.ranker
             rank_groups(judge, groups, rounds=judge_rounds, seed=c.seed * 1_000_003 + step)
@@ -632,6 +706,9 @@ class Trainer:
                 "processed_logprobs). Nothing was learned from this step"
             ) from None
         self.learner.policy.version = step + 1
+        if self.self_play is not None:
+            record |= self.self_play.record_training(sampled)
+            self.self_play.maybe_add(step + 1, self.learner.policy)
         record |= self._advance_sampler(step + 1)
         if batch.wait_s is not None:
             record["sampler_wait_s"] = round(batch.wait_s, 4)
@@ -809,6 +886,8 @@ class Trainer:
             "unconsumed_groups": list(position.replay),
             "picker": self.picker.state_dict(),
         }
+        if self.self_play is not None:
+            state["self_play"] = self.self_play.state_dict()
         rngs = {
             "generator": self.learner.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
@@ -834,6 +913,8 @@ class Trainer:
             )
 
         self.folder.save_checkpoint(point.step, write, point.state, self.config.keep_checkpoints)
+        if self.self_play is not None:
+            self.self_play.checkpointed()
 
     def _load_checkpoint(self, path: Path) -> dict[str, Any]:
         learner = self.learner

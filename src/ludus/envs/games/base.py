@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ludus.core.env import Env, JsonTypes, Split
-from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
+from ludus.core.types import ACTOR_NAME, Message, Observation, Score, Status, StepResult, Task
 from ludus.tasks.procedural import check_split, in_eval_bucket
 
 State = Any  # a game's own immutable, hashable state
@@ -34,6 +34,8 @@ MAX_REPLY_CHARS = 20_000  # a longer reply is refused unread
 MOVE_TAG = re.compile(r"<move>(.*?)</move>", re.S)
 OPEN_TAG = re.compile(r"<\s*/?\s*move\b", re.I)  # every spelling of a move tag, counted to refuse several
 WIN, DRAW, LOSS = 1.0, 0.5, 0.0
+ACTOR = "actor:"  # an opponent "actor:NAME" is played by the engine's policy NAME (RolloutEngine actors)
+VIEWS = ("conversation", "state")
 
 
 class Game(ABC):
@@ -231,7 +233,7 @@ class GameTasks:
             content = f"{env.name}:{env.params()}:{setup}"
             if in_eval_bucket(content, self.eval_fraction) != (self.split == "eval"):
                 continue
-            if env.game.terminal(env.advance(setup, env.start_state(setup))[0]):
+            if env.scripted and env.game.terminal(env.advance(setup, env.start_state(setup))[0]):
                 continue  # the opponent ended the game before the policy's first move (winnable=False)
             if env.winnable and env.oracle_line(setup) is None:
                 continue
@@ -276,6 +278,18 @@ def parse_illegal(policy: str) -> int:
     return int(m.group(1))
 
 
+def check_opponent(opponent: Any, game: Game) -> str:
+    """``opponent`` if it names a scripted player, ``"self"`` or ``"actor:NAME"``, else a ValueError."""
+    if isinstance(opponent, str) and (
+        opponent in game.players()
+        or opponent == "self"
+        or (opponent.startswith(ACTOR) and ACTOR_NAME.fullmatch(opponent[len(ACTOR) :]))
+    ):
+        return opponent
+    scripted = ", ".join(game.players())
+    raise ValueError(f"opponent must be a scripted player ({scripted}), 'self' or 'actor:NAME', got {opponent!r}")
+
+
 class GameEnv(Env):
     """The policy plays one seat of a :class:`Game`; a scripted player plays the other.
 
@@ -305,6 +319,7 @@ class GameEnv(Env):
         game: Game,
         opponent: str | None = None,
         illegal: str = "lose",
+        view: str = "conversation",
         seat: int | None = None,
         opening: int | None = None,
         winnable: bool | None = None,
@@ -314,9 +329,11 @@ class GameEnv(Env):
     ):
         super().__init__(tasks)
         self.game = game
-        self.opponent = self.default_opponent if opponent is None else opponent
-        if self.opponent not in game.players():
-            raise ValueError(f"opponent must be one of {', '.join(game.players())}, got {self.opponent!r}")
+        self.opponent = check_opponent(self.default_opponent if opponent is None else opponent, game)
+        self.scripted = self.opponent in game.players()
+        if view not in VIEWS:
+            raise ValueError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
+        self.view = view
         self.illegal = illegal
         self.retries = parse_illegal(illegal)
         if seat is not None and (isinstance(seat, bool) or seat not in (0, 1)):
@@ -325,14 +342,16 @@ class GameEnv(Env):
         self.opening = self.default_opening if opening is None else whole("opening", opening, 0, 1_000)
         if isinstance(draw_reward, bool) or not isinstance(draw_reward, (int, float)) or not 0.0 <= draw_reward < 1.0:
             raise ValueError(f"draw_reward must be in [0, 1): a draw may not pay as much as a win; got {draw_reward!r}")
-        winnable = not self.hidden_information if winnable is None else winnable
+        winnable = self.scripted and not self.hidden_information if winnable is None else winnable
         if not isinstance(winnable, bool):
             raise ValueError(f"winnable must be true or false, got {winnable!r}")
+        if winnable and not self.scripted:
+            raise ValueError(f"winnable needs a scripted opponent to search against, not {self.opponent!r}")
         if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, (int, float)) or not 0 < eval_fraction < 1:
             raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction!r}")
         self.winnable, self.draw_reward = winnable, float(draw_reward)
         self.seed, self.eval_fraction = seed, eval_fraction
-        self.max_turns = self.max_policy_moves() + self.retries
+        self.max_turns = 2 * (self.max_policy_moves() + self.retries)  # both seats' moves, when both are asked
         self._oracle_cache: dict[Setup, tuple[str, ...] | None] = {}
         self.state: State = None
         self.setup: Setup | None = None
@@ -399,8 +418,8 @@ class GameEnv(Env):
 
     # ---- the oracle ----------------------------------------------------------------------------
     def oracle_line(self, setup: Setup) -> tuple[str, ...] | None:
-        """A line of the policy's moves that wins against this task's (deterministic) opponent, or
-        ``None`` when the search finds none."""
+        """A line of the policy's moves that wins against this task's (deterministic, scripted)
+        opponent, or ``None`` when the search finds none."""
         if setup not in self._oracle_cache:
             self._oracle_cache[setup] = self.find_win(setup)
             if len(self._oracle_cache) > 4096:
@@ -433,13 +452,34 @@ class GameEnv(Env):
         return None if line is None else tuple(line)
 
     def reference_actions(self, task: Task) -> list[Message] | None:
-        line = self.oracle_line(self.setup_of(task))
+        """The oracle's winning line against a scripted opponent (``None`` against any other: its
+        replies cannot be searched)."""
+        setup = self.setup_of(task)
+        line = self.oracle_line(setup) if setup.opponent in self.game.players() else None
         return None if line is None else [Message("assistant", f"<move>{move}</move>") for move in line]
+
+    def reference(self, task: Task) -> str | None:
+        """One good first move: the oracle line's, else the perfect player's. Not a whole game's
+        reward (a game pays at its end) but what a supervised warm start needs: one reply to the
+        task's first observation, in the move format."""
+        setup = self.setup_of(task)
+        line = self.reference_actions(task)
+        if line:
+            return line[0].content
+        state = self.start_state(setup)
+        if setup.opponent in self.game.players():
+            state, _ = self.advance(setup, state)
+        rng = random.Random(f"{self.game.name}:{setup.game_seed}:reference")
+        return f"<move>{self.game.perfect_player(state, rng)}</move>"
 
     def cheats(self, task: Task) -> dict[str, list[Message]]:
         """Replies that must earn nothing: content-free, a move outside the tag, look-alike and
-        zero-width characters, every legal move at once, an illegal move, claims of victory."""
+        zero-width characters, every legal move at once, an illegal move, claims of victory.
+        Only against a scripted opponent: when the policy plays both seats (``self``), a cheat
+        plays both, and one of them wins by the other's forfeit."""
         setup = self.setup_of(task)
+        if setup.opponent not in self.game.players():
+            return {}
         state, _ = self.advance(setup, self.start_state(setup))
         legal = self.game.legal(state)
         line = self.oracle_line(setup)
@@ -468,11 +508,14 @@ class GameEnv(Env):
         return None
 
     # ---- the episode ------------------------------------------------------------------------------
-    def opening_text(self, setup: Setup) -> str:
-        state, notes = self.advance(setup, self.start_state(setup))
-        you = self.game.seat_names[setup.seat]
+    def seat_text(self, setup: Setup, seat: int, state: State, notes: list[str]) -> str:
+        """The first message ``seat`` reads: who plays whom, the rules, the move format, what
+        happened before its first turn and the state."""
+        against = {"self": "another copy of yourself"}.get(setup.opponent, "a scripted opponent")
+        if setup.opponent.startswith(ACTOR):
+            against = "another model"
         parts = [
-            f"You are playing {self.game.name} as the {you} against a scripted opponent.",
+            f"You are playing {self.game.name} as the {self.game.seat_names[seat]} against {against}.",
             self.game.rules,
             f"Reply with your move as {self.game.move_help}: exactly one move tag per reply.",
         ]
@@ -483,48 +526,126 @@ class GameEnv(Env):
             parts.append("An unreadable or illegal move loses the game.")
         if setup.opening:
             parts.append(f"The game starts after {len(setup.opening)} opening move(s): {', '.join(setup.opening)}.")
-        parts += notes
-        parts.append(self.game.render(state, setup.seat))
-        return "\n\n".join(parts)
+        return "\n\n".join([*parts, *notes, self.game.render(state, seat)])
+
+    def state_text(self, seat: int, state: State, notes: list[str]) -> str:
+        """``view="state"``: the whole prompt of a turn, short — the game, the seat, the move
+        format, what happened since this seat's last turn and the state; no rules, no history."""
+        head = f"{self.game.name}, {self.game.seat_names[seat]}. Reply {self.game.move_help}."
+        return "\n".join([head, *notes, self.game.render(state, seat)])
+
+    def opening_text(self, setup: Setup) -> str:
+        """A task's ``prompt``: its seat's first view (after a scripted opponent's first moves)."""
+        state, notes = self.start_state(setup), []
+        if setup.opponent in self.game.players():
+            state, notes = self.advance(setup, state)
+        if self.view == "state":
+            return self.state_text(setup.seat, state, notes)
+        return self.seat_text(setup, setup.seat, state, notes)
 
     def begin(self, task: Task) -> Observation:
-        self.setup = self.setup_of(task)
-        if self.setup.opponent not in self.game.players():
-            raise ValueError(f"the task's opponent {self.setup.opponent!r} is unknown")
-        self.state, _ = self.advance(self.setup, self.start_state(self.setup))
-        self.left = self.retries
-        return Observation([Message("user", self.opening_text(self.setup))])
+        setup = self.setup = self.setup_of(task)
+        check_opponent(setup.opponent, self.game)
+        if setup.opponent in self.game.players():
+            self.state, notes = self.advance(setup, self.start_state(setup))
+            self.actors: tuple[str | None, ...] = tuple("" if s == setup.seat else None for s in (0, 1))
+        else:
+            self.state, notes = self.start_state(setup), []
+            other = "" if setup.opponent == "self" else setup.opponent[len(ACTOR) :]
+            self.actors = tuple("" if s == setup.seat else other for s in (0, 1))
+        self.left = [self.retries, self.retries]
+        self.talk: list[list[Message]] = [[], []]
+        self.notes: list[list[str]] = [[], []]
+        self.notes[setup.seat] = notes
+        self.seats: list[int] = []  # the seat of each of the learner's turns
+        self.shown: tuple[int, int] | None = None  # the seat and length of the conversation last handed out
+        return self._ask(self.game.to_move(self.state))[0]
+
+    def _ask(self, seat: int) -> tuple[Observation, bool]:
+        """Seat ``seat``'s turn: its conversation brought up to date (:meth:`_hand_out`)."""
+        notes, self.notes[seat] = self.notes[seat], []
+        talk = self.talk[seat]
+        if self.view == "state":
+            talk[:] = [Message("user", self.state_text(seat, self.state, notes))]
+        elif not talk:
+            assert self.setup is not None
+            talk.append(Message("user", self.seat_text(self.setup, seat, self.state, notes)))
+        else:
+            talk.append(Message("user", "\n".join([*notes, "", self.game.render(self.state, seat)]).strip()))
+        return self._hand_out(seat)
+
+    def _hand_out(self, seat: int) -> tuple[Observation, bool]:
+        """``seat``'s conversation for whoever plays it, and whether it is handed out whole
+        (``history_rewritten``): only the new messages when the same conversation was handed out
+        last (the engine has appended the reply since), else all of it."""
+        talk, shown = self.talk[seat], self.shown
+        self.shown = (seat, len(talk))
+        actor = self.actors[seat]
+        assert actor is not None, "a scripted seat is never asked"
+        if shown is not None and shown[0] == seat and self.view == "conversation":
+            return Observation(talk[shown[1] + 1 :], actor=actor), False  # +1: the reply the engine added
+        return Observation(list(talk), actor=actor), True
 
     def transition(self, action: Message) -> StepResult:
         assert self.setup is not None
-        setup, game = self.setup, self.game
+        game, seat = self.game, self.game.to_move(self.state)
+        if self.actors[seat] == "":
+            self.seats.append(seat)
+        self.talk[seat].append(action)
         move, why = read_move(game, action.content)
         if move is not None and move not in game.legal(self.state):
             move, why = None, f"{move!r} is not a legal move here; legal: {', '.join(game.legal(self.state))}"
         if move is None:
-            if self.left > 0:
-                self.left -= 1
-                text = (
-                    f"Refused: {why}. ({self.left} more refusal(s) allowed.)\n\n{game.render(self.state, setup.seat)}"
-                )
-                return StepResult(Observation([Message("user", text)]), info={"illegal": 1})
-            score = Score.zero(Status.FORMAT_ERROR, f"lost by an unreadable or illegal move: {why}")
-            return StepResult(Observation([Message("user", f"Refused: {why}. You lose.")]), 0.0, True, score=score)
-        after = game.apply(self.state, move)
-        notes = [game.outcome_note(self.state, move, after, setup.seat)]
-        self.state, more = self.advance(setup, after)
-        notes += more
+            if self.left[seat] > 0:
+                self.left[seat] -= 1
+                self.notes[seat].append(f"Refused: {why}. ({self.left[seat]} more refusal(s) allowed.)")
+                obs, rewritten = self._ask(seat)
+                return StepResult(obs, info={"illegal": 1}, history_rewritten=rewritten)
+            returns = (0.0, 1.0) if seat == 0 else (1.0, 0.0)
+            return self._finish(returns, forfeit=seat, why=why)
+        before, self.state = self.state, game.apply(self.state, move)
+        for s in (0, 1):
+            note = game.outcome_note(before, move, self.state, s)
+            if s != seat:
+                note = f"The opponent plays {game.describe(before, move)}.\n{note}".strip()
+            if note:
+                self.notes[s].append(note)
+        if self.actors[1 - seat] is None and not game.terminal(self.state):  # a scripted opponent replies
+            self.state, notes = self.advance(self.setup, self.state)
+            self.notes[seat] += notes
         result = game.returns(self.state)
-        view = game.render(self.state, setup.seat)
-        if result is None:
-            text = "\n".join(n for n in notes if n) + ("\n\n" if any(notes) else "") + view
-            return StepResult(Observation([Message("user", text)]))
-        mine = result[setup.seat]
-        if mine == WIN:
-            score, verdict = Score(WIN, Status.CORRECT, "won the game"), "You win."
-        elif mine == LOSS:
-            score, verdict = Score.zero(Status.WRONG, "lost the game"), "You lose."
+        if result is not None:
+            return self._finish(result)
+        obs, rewritten = self._ask(game.to_move(self.state))
+        return StepResult(obs, history_rewritten=rewritten)
+
+    def _finish(self, returns: tuple[float, float], forfeit: int | None = None, why: str = "") -> StepResult:
+        """The end: each seat's reward and status, the task seat's as the episode's score, and
+        every seat's in ``info["match"]`` (for self-play, which trains both seats)."""
+        scores = [self._seat_score(returns[s], forfeit == s, forfeit is not None, why) for s in (0, 1)]
+        seat = self.setup.seat  # type: ignore[union-attr]
+        verdict = {WIN: "You win.", LOSS: "You lose."}.get(returns[seat], "The game is a draw.")
+        if forfeit == seat:
+            self.notes[seat].append(f"Refused: {why}. You lose.")
+        elif forfeit is not None:
+            self.notes[seat].append(f"The opponent made an unreadable or illegal move ({why}). You win.")
         else:
-            score, verdict = Score(self.draw_reward, Status.PARTIAL, "a draw"), "The game is a draw."
-        text = "\n".join(n for n in notes if n) + f"\n\n{view}\n\nGame over. {verdict}"
-        return StepResult(Observation([Message("user", text.strip())]), score.value, True, score=score)
+            self.notes[seat] += ["", self.game.render(self.state, seat), "", f"Game over. {verdict}"]
+        notes, self.notes[seat] = self.notes[seat], []
+        self.talk[seat].append(Message("user", "\n".join(notes).strip()))
+        obs, rewritten = self._hand_out(seat)
+        info = {"match": {"seats": list(self.seats), "rewards": [x.value for x in scores],
+                          "statuses": [str(x.status) for x in scores], "reasons": [x.reason for x in scores]}}  # fmt: skip
+        score = scores[seat]
+        return StepResult(obs, score.value, True, score=score, info=info, history_rewritten=rewritten)
+
+    def _seat_score(self, result: float, forfeited: bool, by_forfeit: bool, why: str) -> Score:
+        if forfeited:
+            return Score.zero(Status.FORMAT_ERROR, f"lost by an unreadable or illegal move: {why}")
+        if by_forfeit:
+            return Score(WIN, Status.CORRECT, "won: the opponent made an unreadable or illegal move")
+        if result == WIN:
+            return Score(WIN, Status.CORRECT, "won the game")
+        if result == LOSS:
+            return Score.zero(Status.WRONG, "lost the game")
+        return Score(self.draw_reward, Status.PARTIAL, "a draw")

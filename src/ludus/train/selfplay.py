@@ -1,0 +1,252 @@
+"""Self-play on a two-player game (docs/games.md): the learner plays itself and a pool of its past
+checkpoints, and everyone gets a rating.
+
+    each group ─▶ its opponent: the learner itself (both seats trained), or a pool member
+               ─▶ G matches from one start; the engine batches every seat the learner plays
+               ─▶ :func:`seat_groups`: one GRPO group per task and learner seat
+    every ``pool_every`` steps ─▶ the learner's weights saved into the pool (``pool_size`` kept)
+    every match against a member, every held-out game against a scripted player ─▶ Elo ratings
+
+Advantages per seat are what SPIRAL calls a role-conditioned baseline: a group holds G matches
+from the same start, and each seat's rewards (zero-sum: a win for one is a loss for the other) are
+centred on that seat's own mean, so the first player's advantage is not mistaken for skill.
+
+Ratings are Elo with ``K = 32``, updated game by game in a fixed order (a step's matches as
+sampled, an evaluation's games by task); the scripted ``random`` player is fixed at 1000 and
+anchors the scale. A snapshot joins the pool with the learner's rating at that moment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ludus import policies
+from ludus.core.types import Score, Status, Task, Trajectory
+from ludus.policies.base import Policy, TrainablePolicy
+from ludus.train.config import POOL_PREFIX
+
+LEARNER = "learner"
+ANCHOR, ANCHOR_RATING = "random", 1000.0
+ELO_K = 32.0
+
+
+def seat_groups(group: list[Trajectory]) -> list[list[Trajectory]]:
+    """A group of G matches as the groups GRPO learns from: one per seat the learner played, each
+    trajectory cut to that seat's turns, its return that seat's result (zero-sum: the other seat's
+    complement) and its score that seat's. Trajectories without a match record (an infrastructure
+    failure, a run out of turns) keep their own score in every seat."""
+    seats = sorted({s for t in group for s in _match(t).get("seats", [])})
+    if not seats:
+        return [group]
+    out = []
+    for seat in seats:
+        cut = []
+        for t in group:
+            match = _match(t)
+            if not match:
+                cut.append(dataclasses.replace(t, info={**t.info, "seat": seat}))
+                continue
+            reward = float(match["rewards"][seat])
+            turns = [dataclasses.replace(turn, reward=0.0) for turn, s in zip(t.turns, match["seats"], strict=True) if s == seat]  # fmt: skip
+            if turns:  # a game pays at its end: the seat's return is its result, on its last turn
+                turns[-1].reward = reward
+            score = Score(reward, Status(match["statuses"][seat]), str(match["reasons"][seat]))
+            cut.append(dataclasses.replace(t, turns=turns, score=score, info={**t.info, "seat": seat}))
+        out.append(cut)
+    return out
+
+
+def _match(trajectory: Trajectory) -> dict[str, Any]:
+    env = trajectory.info.get("env")
+    match = env.get("match") if isinstance(env, dict) else None
+    return match if isinstance(match, dict) else {}
+
+
+def learner_result(trajectory: Trajectory) -> float | None:
+    """The learner's result in a match against another player (1 win, 0.5 draw, 0 loss), from its
+    seat's status; ``None`` when the match measured nothing (an infrastructure failure)."""
+    score = trajectory.score
+    if score is None or score.is_infra_error:
+        return None
+    return {Status.CORRECT: 1.0, Status.PARTIAL: 0.5}.get(score.status, 0.0)
+
+
+class Elo:
+    """Elo ratings of named players; ``fixed`` players keep theirs (the anchor)."""
+
+    def __init__(self, ratings: Mapping[str, float] | None = None, fixed: Iterable[str] = (ANCHOR,)):
+        self.ratings: dict[str, float] = dict(ratings or {})
+        self.fixed = set(fixed)
+        self.games: dict[str, int] = {}
+
+    def rating(self, player: str) -> float:
+        return self.ratings.setdefault(player, ANCHOR_RATING)
+
+    def expected(self, a: str, b: str) -> float:
+        """The score ``a`` is expected to make against ``b``."""
+        return 1.0 / (1.0 + 10 ** ((self.rating(b) - self.rating(a)) / 400.0))
+
+    def update(self, results: Iterable[tuple[str, str, float]]) -> None:
+        """``(a, b, a's score)`` results, one game at a time."""
+        for a, b, score in results:
+            change = ELO_K * (score - self.expected(a, b))
+            for player, sign in ((a, 1.0), (b, -1.0)):
+                self.games[player] = self.games.get(player, 0) + 1
+                if player not in self.fixed:
+                    self.ratings[player] = self.rating(player) + sign * change
+
+    def metrics(self) -> dict[str, float]:
+        return {f"rating/{player}": round(value, 1) for player, value in sorted(self.ratings.items())}
+
+
+@dataclasses.dataclass
+class Member:
+    name: str  # "pool-STEP"
+    step: int
+    folder: Path
+
+
+class SelfPlay:
+    """A run's opponents: the pool of past checkpoints (as the engine's ``actors``, a mapping it
+    adds to and removes from), who each group plays, and the ratings.
+
+    ``latest``: the share of groups in which the learner plays itself; the others play a pool
+    member, drawn by ``sampling``: ``"recency"`` (the newest most often: weight = rank) or
+    ``"rating"`` (the members most likely to beat the learner most often: weight = their Elo
+    expected score against it, prioritized fictitious self-play)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        every: int,
+        size: int,
+        sampling: str,
+        latest: float,
+        seed: int,
+        model_args: Mapping[str, Any] | None = None,
+        actors: dict[str, Policy] | None = None,
+    ):
+        self.folder, self.every, self.size, self.sampling, self.latest = folder, every, size, sampling, latest
+        self.seed = seed
+        self.model_args = dict(model_args or {})
+        self.members: list[Member] = []
+        # the engine's actors (the run's own, from its config, too): one frozen policy per member
+        self.actors: dict[str, Policy] = actors if actors is not None else {}
+        self.evicted: list[Path] = []  # members' folders the last checkpoint may still name
+        self.elo = Elo({LEARNER: ANCHOR_RATING})
+
+    # ---- who plays each group --------------------------------------------------------------
+    def opponent(self, group: int) -> str:
+        """The opponent of group number ``group``: ``"self"`` or ``"actor:pool-STEP"``. Seeded by the
+        run's seed and the group's number, so a resumed run draws the same."""
+        rng = random.Random(f"selfplay:{self.seed}:{group}")
+        if not self.members or rng.random() < self.latest:
+            return "self"
+        if self.sampling == "recency":
+            weights = [float(i + 1) for i in range(len(self.members))]
+        else:
+            weights = [self.elo.expected(m.name, LEARNER) for m in self.members]
+        return "actor:" + rng.choices(self.members, weights)[0].name
+
+    def task(self, task: Task, group: int) -> Task:
+        """``task`` with its opponent replaced by this group's."""
+        return dataclasses.replace(task, info={**task.info, "opponent": self.opponent(group)})
+
+    # ---- the pool ----------------------------------------------------------------------------
+    def maybe_add(self, step: int, policy: TrainablePolicy) -> bool:
+        """After step ``step``'s update: every ``every`` steps the learner joins the pool (saved
+        under the run's ``pool/``), with its current rating; the oldest member beyond ``size`` leaves."""
+        if step % self.every:
+            return False
+        folder = self.folder / f"step_{step:06d}"
+        policy.save(folder)
+        self._load(Member(f"{POOL_PREFIX}{step}", step, folder))
+        self.elo.ratings[self.members[-1].name] = self.elo.rating(LEARNER)
+        return True
+
+    def _load(self, member: Member) -> None:
+        self.actors[member.name] = policies.load_policy(str(member.folder), **self.model_args)
+        self.members.append(member)
+        while len(self.members) > self.size:
+            gone = self.members.pop(0)
+            self.actors.pop(gone.name, None)
+            self.evicted.append(gone.folder)
+
+    def checkpointed(self) -> None:
+        """After a checkpoint: the members it no longer names are deleted (a run resumed from the
+        checkpoint before it may still need them)."""
+        for folder in self.evicted:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.evicted = []
+
+    # ---- ratings -------------------------------------------------------------------------------
+    def record_training(self, groups: Iterable[list[Trajectory]]) -> dict[str, float]:
+        """Rate the learner against the pool members it met in these groups; the step's metrics."""
+        results = []
+        for group in groups:
+            for t in group:
+                opponent = str(t.task.info.get("opponent", ""))
+                result = learner_result(t)
+                if opponent.startswith("actor:" + POOL_PREFIX) and result is not None:
+                    results.append((LEARNER, opponent.removeprefix("actor:"), result))
+        self.elo.update(results)
+        played = [r for _, _, r in results]
+        out = {"selfplay/pool_size": len(self.members), "selfplay/pool_matches": len(played)}
+        if played:
+            out["selfplay/pool_win_rate"] = round(sum(played) / len(played), 4)
+        return out | self.elo.metrics()
+
+    def record_eval(self, player: str, trajectories: Iterable[Trajectory]) -> None:
+        """Rate the learner against scripted ``player`` from its held-out games."""
+        self.elo.update((LEARNER, player, r) for t in trajectories if (r := learner_result(t)) is not None)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "members": [[m.name, m.step, m.folder.name] for m in self.members],
+            "ratings": dict(self.elo.ratings),
+            "games": dict(self.elo.games),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], step: int) -> list[str]:
+        """The pool and ratings of a checkpoint at ``step``; members saved after it are deleted.
+        Returns the members whose folders are gone (left out of the pool; their ratings stay)."""
+        for member in self.members:
+            self.actors.pop(member.name, None)
+        self.members, self.evicted, missing = [], [], []
+        for name, member_step, folder in state.get("members", []):
+            step_of = int(member_step)
+            if name != f"{POOL_PREFIX}{step_of}" or folder != f"step_{step_of:06d}":  # a checkpoint names no other file
+                raise ValueError(f"a checkpoint's self-play pool names {name!r} in {folder!r}: not a pool member")
+            member = Member(name, step_of, self.folder / folder)
+            if (member.folder / "config.json").is_file():
+                self._load(member)
+            else:
+                missing.append(member.name)
+        kept = {m.folder.name for m in self.members}
+        for stale in self.folder.glob("step_[0-9][0-9][0-9][0-9][0-9][0-9]") if self.folder.is_dir() else []:
+            if stale.name not in kept and int(stale.name.removeprefix("step_")) > step:
+                shutil.rmtree(stale, ignore_errors=True)
+        self.elo = Elo(state.get("ratings", {LEARNER: ANCHOR_RATING}))
+        self.elo.games = dict(state.get("games", {}))
+        return missing
+
+
+def win_rate(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Wins, draws and losses of the learner over games against one opponent (infra errors left out)."""
+    results = [r for t in trajectories if (r := learner_result(t)) is not None]
+    n = len(results) or 1
+    return {
+        "win_rate": round(sum(r == 1.0 for r in results) / n, 4),
+        "draw_rate": round(sum(r == 0.5 for r in results) / n, 4),
+        "loss_rate": round(sum(r == 0.0 for r in results) / n, 4),
+        "games": float(len(results)),
+        "score": round(sum(results) / n, 4) if results else math.nan,
+    }
