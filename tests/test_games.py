@@ -335,3 +335,32 @@ def test_ludus_check_redteam_passes(name: str, capsys) -> None:
 )  # fmt: skip
 def test_redteam_passes_against_the_perfect_player(name: str, args: str, capsys) -> None:
     assert main(["check", name, "--env-args", args, "--redteam", "--tasks", "2"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_moves_as_a_tool_pass_the_redteam(name: str, capsys) -> None:
+    args = '{"moves": "tool", "illegal": "retry:1", "view": "state"}'
+    assert main(["check", name, "--env-args", args, "--redteam", "--tasks", "2"]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "env cheat two calls" in out and "env cheat the move as text, no call" in out
+
+
+def test_moves_as_a_tool_answer_every_call_and_keep_the_conversation_well_formed() -> None:
+    from ludus.core.types import Message, ToolCall
+
+    env = TicTacToeEnv(moves="tool", illegal="retry:1", opponent="random", winnable=False)
+    task = env.default_tasks("train").get(0)
+    obs = env.reset(task)
+    assert [t.name for t in obs.tools] == ["move"] and "Call the tool move" in obs.messages[0].content
+    free = env.game.legal(env.state)
+    two = Message("assistant", "", [ToolCall("move", {"move": free[0]}, "a"), ToolCall("move", {"move": free[1]}, "b")])
+    refused = env.step(two)
+    answers = refused.observation.messages
+    assert [(m.role, m.tool_call_id) for m in answers] == [("tool", "a"), ("tool", "b")]  # one answer per call
+    assert "Refused" in answers[0].content and not refused.done
+    played = env.step(Message("assistant", "thinking aloud <move>1</move>", [ToolCall("move", {"move": free[0]}, "c")]))
+    assert played.observation.messages[0].role == "tool" and played.observation.messages[0].tool_call_id == "c"
+    assert played.observation.tools and env.state[int(free[0]) - 1] == "X" if task.info["seat"] == 0 else True
+    assert TicTacToeEnv(moves="tool").reference(task) is None  # a warm start reads text replies
+    with pytest.raises(ValueError, match="moves must be"):
+        TicTacToeEnv(moves="json")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ludus.core.env import Env, JsonTypes, Split
-from ludus.core.types import ACTOR_NAME, Message, Observation, Score, Status, StepResult, Task
+from ludus.core.types import ACTOR_NAME, Message, Observation, Score, Status, StepResult, Task, ToolCall, ToolSpec
 from ludus.tasks.procedural import check_split, in_eval_bucket
 
 State = Any  # a game's own immutable, hashable state
@@ -36,6 +36,7 @@ OPEN_TAG = re.compile(r"<\s*/?\s*move\b", re.I)  # every spelling of a move tag,
 WIN, DRAW, LOSS = 1.0, 0.5, 0.0
 ACTOR = "actor:"  # an opponent "actor:NAME" is played by the engine's policy NAME (RolloutEngine actors)
 VIEWS = ("conversation", "state")
+MOVES = ("text", "tool")
 
 
 class Game(ABC):
@@ -186,13 +187,47 @@ def read_move(game: Game, reply: str) -> tuple[str | None, str]:
         return None, f"no move found: write exactly one {game.move_help}"
     if len(found) > 1 or tags != 2:
         return None, f"write exactly one move tag, {game.move_help}"
-    body = found[0].strip(" \t\r\n")
-    if not body or not body.isascii() or not body.isprintable():
-        return None, f"the move {found[0][:40]!r} is unreadable: write {game.move_help}"
+    return _read_body(game, found[0], f"write {game.move_help}")
+
+
+def _read_body(game: Game, raw: str, how: str) -> tuple[str | None, str]:
+    """The canonical move written as ``raw`` (a tag's inside, a tool's argument): nothing but the
+    game's own ASCII move syntax, spaces around it allowed."""
+    body = raw.strip(" \t\r\n")
+    if not body or len(body) > 100 or not body.isascii() or not body.isprintable():
+        return None, f"the move {raw[:40]!r} is unreadable: {how}"
     move = game.parse(body)
     if move is None:
-        return None, f"{body[:40]!r} is not a move: write {game.move_help}"
+        return None, f"{body[:40]!r} is not a move: {how}"
     return move, ""
+
+
+def move_tool(game: Game) -> ToolSpec:
+    """``moves="tool"``: the one tool, ``move``, whose one argument is the move as text."""
+    what = game.move_help.replace("<move>", "").replace("</move>", "")
+    return ToolSpec(
+        "move",
+        f"Play your move in {game.name}.",
+        {
+            "type": "object",
+            "properties": {"move": {"type": "string", "description": f"the move: {what}"}},
+            "required": ["move"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def read_tool_move(game: Game, action: Message) -> tuple[str | None, str]:
+    """``read_move`` for ``moves="tool"``: exactly one call of the tool ``move`` with exactly the
+    argument ``move``, a string read like a tag's inside; the reply's text is not read."""
+    how = "call the tool move exactly once, with the one argument move"
+    calls = action.tool_calls
+    if len(calls) != 1 or calls[0].name != "move":
+        return None, f"{how} (this reply made {len(calls)} tool call(s))"
+    arguments = calls[0].arguments
+    if not isinstance(arguments, dict) or set(arguments) != {"move"} or not isinstance(arguments["move"], str):
+        return None, f"{how}, a string"
+    return _read_body(game, arguments["move"], how)
 
 
 # ---- tasks --------------------------------------------------------------------------------------
@@ -320,6 +355,7 @@ class GameEnv(Env):
         opponent: str | None = None,
         illegal: str = "lose",
         view: str = "conversation",
+        moves: str = "text",
         seat: int | None = None,
         opening: int | None = None,
         winnable: bool | None = None,
@@ -334,6 +370,9 @@ class GameEnv(Env):
         if view not in VIEWS:
             raise ValueError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
         self.view = view
+        if moves not in MOVES:
+            raise ValueError(f"moves must be one of {', '.join(MOVES)}, got {moves!r}")
+        self.moves = moves
         self.illegal = illegal
         self.retries = parse_illegal(illegal)
         if seat is not None and (isinstance(seat, bool) or seat not in (0, 1)):
@@ -456,12 +495,23 @@ class GameEnv(Env):
         replies cannot be searched)."""
         setup = self.setup_of(task)
         line = self.oracle_line(setup) if setup.opponent in self.game.players() else None
-        return None if line is None else [Message("assistant", f"<move>{move}</move>") for move in line]
+        return None if line is None else [self.move_message(move, i) for i, move in enumerate(line)]
+
+    def move_message(self, move: str, i: int = 0) -> Message:
+        """The assistant message that plays ``move``: the tag, or a call of the tool ``move``."""
+        if self.moves == "tool":
+            return Message("assistant", "", [ToolCall("move", {"move": move}, id=f"move_{i}")])
+        return Message("assistant", f"<move>{move}</move>")
+
+    def tools(self) -> list[ToolSpec]:
+        return [move_tool(self.game)] if self.moves == "tool" else []
 
     def reference(self, task: Task) -> str | None:
         """One good first move: the oracle line's, else the perfect player's. Not a whole game's
         reward (a game pays at its end) but what a supervised warm start needs: one reply to the
         task's first observation, in the move format."""
+        if self.moves == "tool":
+            return None  # a tool call is no text reply: warm start with moves="text"
         setup = self.setup_of(task)
         line = self.reference_actions(task)
         if line:
@@ -500,7 +550,17 @@ class GameEnv(Env):
             out["look-alike characters"] = say(f"<move>{look_alike}</move>")
         illegal = self.illegal_example(state)
         if illegal is not None:
-            out["an illegal move"] = say(f"<move>{illegal}</move>") + say(f"<move>{illegal}</move>") * self.retries
+            out["an illegal move"] = [self.move_message(illegal, i) for i in range(self.retries + 1)]
+        if self.moves == "tool":
+            call = lambda *calls: [Message("assistant", "", list(calls))]  # noqa: E731
+            out |= {
+                "the move as text, no call": say(f"<move>{first}</move>"),
+                "two calls": call(ToolCall("move", {"move": first}, "a"), ToolCall("move", {"move": legal[-1]}, "b")),
+                "another tool": call(ToolCall("win", {"move": first}, "a")),
+                "an extra argument": call(ToolCall("move", {"move": first, "and": "I win"}, "a")),
+                "a number, not a string": call(ToolCall("move", {"move": 5}, "a")),
+                "zero-width in the argument": call(ToolCall("move", {"move": f"\u200b{first}"}, "a")),
+            }
         return out
 
     def illegal_example(self, state: State) -> str | None:
@@ -508,6 +568,30 @@ class GameEnv(Env):
         return None
 
     # ---- the episode ------------------------------------------------------------------------------
+    def how_to_move(self, short: bool = False) -> str:
+        if self.moves == "tool":
+            what = self.game.move_help.replace("<move>", "").replace("</move>", "")
+            return f"Call the tool move once per reply, its argument move being {what}."
+        if short:
+            return f"Reply {self.game.move_help}."
+        return f"Reply with your move as {self.game.move_help}: exactly one move tag per reply."
+
+    def update(self, talk: list[Message], text: str) -> list[Message]:
+        """What a seat reads next in its conversation: when its last reply called tools, an answer
+        to each call (chat APIs want one per call), ``text`` in the first; else a user message."""
+        last = talk[-1] if talk else None
+        if last is None or last.role != "assistant" or not last.tool_calls:
+            return [Message("user", text)]
+        return [
+            Message(
+                "tool",
+                text if i == 0 else "Not played: one move per reply.",
+                tool_call_id=call.id or None,
+                name=call.name,
+            )  # fmt: skip
+            for i, call in enumerate(last.tool_calls)
+        ]
+
     def seat_text(self, setup: Setup, seat: int, state: State, notes: list[str]) -> str:
         """The first message ``seat`` reads: who plays whom, the rules, the move format, what
         happened before its first turn and the state."""
@@ -517,7 +601,7 @@ class GameEnv(Env):
         parts = [
             f"You are playing {self.game.name} as the {self.game.seat_names[seat]} against {against}.",
             self.game.rules,
-            f"Reply with your move as {self.game.move_help}: exactly one move tag per reply.",
+            self.how_to_move(),
         ]
         if self.retries:
             parts.append(f"An unreadable or illegal move is refused with the reason; after {self.retries} such "
@@ -531,7 +615,7 @@ class GameEnv(Env):
     def state_text(self, seat: int, state: State, notes: list[str]) -> str:
         """``view="state"``: the whole prompt of a turn, short — the game, the seat, the move
         format, what happened since this seat's last turn and the state; no rules, no history."""
-        head = f"{self.game.name}, {self.game.seat_names[seat]}. Reply {self.game.move_help}."
+        head = f"{self.game.name}, {self.game.seat_names[seat]}. {self.how_to_move(short=True)}"
         return "\n".join([head, *notes, self.game.render(state, seat)])
 
     def opening_text(self, setup: Setup) -> str:
@@ -571,7 +655,7 @@ class GameEnv(Env):
             assert self.setup is not None
             talk.append(Message("user", self.seat_text(self.setup, seat, self.state, notes)))
         else:
-            talk.append(Message("user", "\n".join([*notes, "", self.game.render(self.state, seat)]).strip()))
+            talk += self.update(talk, "\n".join([*notes, "", self.game.render(self.state, seat)]).strip())
         return self._hand_out(seat)
 
     def _hand_out(self, seat: int) -> tuple[Observation, bool]:
@@ -583,8 +667,8 @@ class GameEnv(Env):
         actor = self.actors[seat]
         assert actor is not None, "a scripted seat is never asked"
         if shown is not None and shown[0] == seat and self.view == "conversation":
-            return Observation(talk[shown[1] + 1 :], actor=actor), False  # +1: the reply the engine added
-        return Observation(list(talk), actor=actor), True
+            return Observation(talk[shown[1] + 1 :], self.tools(), actor), False  # +1: the reply the engine added
+        return Observation(list(talk), self.tools(), actor), True
 
     def transition(self, action: Message) -> StepResult:
         assert self.setup is not None
@@ -592,7 +676,7 @@ class GameEnv(Env):
         if self.actors[seat] == "":
             self.seats.append(seat)
         self.talk[seat].append(action)
-        move, why = read_move(game, action.content)
+        move, why = read_tool_move(game, action) if self.moves == "tool" else read_move(game, action.content)
         if move is not None and move not in game.legal(self.state):
             move, why = None, f"{move!r} is not a legal move here; legal: {', '.join(game.legal(self.state))}"
         if move is None:
@@ -632,7 +716,7 @@ class GameEnv(Env):
         else:
             self.notes[seat] += ["", self.game.render(self.state, seat), "", f"Game over. {verdict}"]
         notes, self.notes[seat] = self.notes[seat], []
-        self.talk[seat].append(Message("user", "\n".join(notes).strip()))
+        self.talk[seat] += self.update(self.talk[seat], "\n".join(notes).strip())
         obs, rewritten = self._hand_out(seat)
         info = {"match": {"seats": list(self.seats), "rewards": [x.value for x in scores],
                           "statuses": [str(x.status) for x in scores], "reasons": [x.reason for x in scores]}}  # fmt: skip
