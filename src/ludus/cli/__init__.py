@@ -49,8 +49,17 @@ def user_errors() -> tuple[type[BaseException], ...]:
     so the registry behind two of them is not imported on the way in."""
     from ludus.core.env import MissingDependency
     from ludus.core.registry import EnvLoadError, UnknownEnvError
+    from ludus.policies.base import PolicyError  # a model server that is down or refuses: the user's to start
 
-    return (UnknownEnvError, EnvLoadError, MissingDependency, ValueError, FileNotFoundError, FileExistsError)
+    return (
+        UnknownEnvError,
+        EnvLoadError,
+        MissingDependency,
+        PolicyError,
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ludus.cli.common import console, progress_bar
     from ludus.core.types import ACTOR_NAME
-    from ludus.policies import SamplingParams, load_policy
+    from ludus.policies import PolicyError, SamplingParams, load_policy
     from ludus.rollout.engine import RolloutConfig
     from ludus.rollout.evaluate import evaluate
     from ludus.rollout.placement import EnvPlacement
@@ -151,7 +151,10 @@ def run(args: argparse.Namespace) -> int:
             name, _, spec = given.partition("=")
             if not ACTOR_NAME.fullmatch(name) or not spec:
                 raise ValueError(f"--actor takes NAME=MODEL (NAME of letters, digits, '_', '.', '-'), got {given!r}")
-            actors[name] = load_policy(spec)
+            try:
+                actors[name] = load_policy(spec)
+            except PolicyError as exc:
+                raise ValueError(f"--actor {name}: {exc}") from None
     except BaseException:
         for actor in [policy, *actors.values()]:
             actor.close()

@@ -397,18 +397,23 @@ class RolloutEngine:
             trajectory = Trajectory(
                 task=request.task, messages=[], seed=request.seed, policy_version=self.policy.version
             )
+            waiting = {"actor": ""}  # the other policy the episode waits for, if any (set by _attempt)
             try:
                 if self.config.episode_timeout_s is None:
-                    await self._attempt(order, request, trajectory, flight, host)
+                    await self._attempt(order, request, trajectory, flight, host, waiting)
                 else:
                     await asyncio.wait_for(
-                        self._attempt(order, request, trajectory, flight, host), self.config.episode_timeout_s
+                        self._attempt(order, request, trajectory, flight, host, waiting),
+                        self.config.episode_timeout_s,
                     )
                 retry = True  # an infra_error the environment reported (a sandbox failure, say)
             except TimeoutError:
-                trajectory.score = Score.zero(
-                    Status.TIMEOUT, f"the episode did not finish within {self.config.episode_timeout_s} s"
-                )
+                limit = self.config.episode_timeout_s
+                if waiting["actor"]:  # another policy's slowness is no verdict on this one
+                    reason = f"actor {waiting['actor']!r} did not answer before the episode's {limit} s ran out"
+                    trajectory.score = Score.zero(Status.INFRA_ERROR, reason)
+                else:
+                    trajectory.score = Score.zero(Status.TIMEOUT, f"the episode did not finish within {limit} s")
                 retry = False
             except _InfraFailure as failure:
                 trajectory.score = Score.zero(Status.INFRA_ERROR, str(failure))
@@ -420,7 +425,13 @@ class RolloutEngine:
                 return trajectory
 
     async def _attempt(
-        self, order: int, request: EpisodeRequest, trajectory: Trajectory, flight: _Flight, host: EnvHost
+        self,
+        order: int,
+        request: EpisodeRequest,
+        trajectory: Trajectory,
+        flight: _Flight,
+        host: EnvHost,
+        waiting: dict[str, str],
     ) -> None:
         factory = request.env or self.env_factory
         env: HostedEnv = await self._env_call("create", host.open(factory), host.opens_quickly(factory))
@@ -431,8 +442,10 @@ class RolloutEngine:
             trajectory.messages, trajectory.tools = list(obs.messages), list(obs.tools)
             actor = obs.actor
             while True:
+                waiting["actor"] = actor
                 try:
                     completion = await flight.queue(actor).complete(order, trajectory.messages, trajectory.tools)
+                    waiting["actor"] = ""
                 except PolicyError as exc:
                     raise _InfraFailure(f"model backend{f' of actor {actor!r}' if actor else ''}: {exc}") from None
                 action = completion.message()

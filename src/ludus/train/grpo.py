@@ -183,9 +183,12 @@ def turn_advantages(
 
 
 def rewards_and_validity(groups: Sequence[Sequence[Trajectory]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Episode rewards ``[groups, G]`` and which of them measure the policy (not an infrastructure failure)."""
+    """Episode rewards ``[groups, G]`` and which of them measure the policy: not an infrastructure
+    failure, and with a turn of the policy's (a game's other seat may have ended it first)."""
     rewards = torch.tensor([[t.reward for t in group] for group in groups])
-    valid = torch.tensor([[not (t.score and t.score.is_infra_error) for t in group] for group in groups])
+    valid = torch.tensor(
+        [[bool(t.turns) and not (t.score and t.score.is_infra_error) for t in group] for group in groups]
+    )
     return rewards, valid
 
 

@@ -41,6 +41,8 @@ def seat_groups(group: list[Trajectory]) -> list[list[Trajectory]]:
     trajectory cut to that seat's turns, its return that seat's result (zero-sum: the other seat's
     complement) and its score that seat's. Trajectories without a match record (an infrastructure
     failure, a run out of turns) keep their own score in every seat."""
+    for t in group:
+        _check_match(t)
     seats = sorted({s for t in group for s in _match(t).get("seats", [])})
     if not seats:
         return [group]
@@ -60,6 +62,35 @@ def seat_groups(group: list[Trajectory]) -> list[list[Trajectory]]:
             cut.append(dataclasses.replace(t, turns=turns, score=score, info={**t.info, "seat": seat}))
         out.append(cut)
     return out
+
+
+def _check_match(trajectory: Trajectory) -> None:
+    """A match record, if there is one, is what GameEnv writes, else a ValueError naming the
+    episode: a seat of 0 or 1 per turn, two results in [0, 1], two statuses (deny by default: a
+    custom game's bad record must stop the run, never be trained on)."""
+    match = _match(trajectory)
+    if not match:
+        return
+    seats, rewards, statuses = match.get("seats"), match.get("rewards"), match.get("statuses")
+    ok = (
+        isinstance(seats, list)
+        and len(seats) == len(trajectory.turns)
+        and all(s in (0, 1) and not isinstance(s, bool) for s in seats)
+        and isinstance(rewards, list)
+        and len(rewards) == 2
+        and all(isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0 for r in rewards)
+        and isinstance(statuses, list)
+        and len(statuses) == 2
+        and all(s in set(Status) for s in statuses)
+        and isinstance(match.get("reasons"), list)
+        and len(match["reasons"]) == 2
+    )
+    if not ok:
+        key = trajectory.info.get("key", trajectory.task.id if trajectory.task else "?")
+        raise ValueError(
+            f"episode {key}: its info['match'] is not a game's record (a seat 0 or 1 per turn of the policy, two "
+            f"rewards in [0, 1], two statuses, two reasons): {str(match)[:300]}"
+        )
 
 
 def _match(trajectory: Trajectory) -> dict[str, Any]:
@@ -166,6 +197,8 @@ class SelfPlay:
         if step % self.every:
             return False
         folder = self.folder / f"step_{step:06d}"
+        if folder.is_symlink() or folder.is_file():  # never write through a link, or over a stray file
+            folder.unlink()
         policy.save(folder)
         self._load(Member(f"{POOL_PREFIX}{step}", step, folder))
         self.elo.ratings[self.members[-1].name] = self.elo.rating(LEARNER)
@@ -226,7 +259,9 @@ class SelfPlay:
             if name != f"{POOL_PREFIX}{step_of}" or folder != f"step_{step_of:06d}":  # a checkpoint names no other file
                 raise ValueError(f"a checkpoint's self-play pool names {name!r} in {folder!r}: not a pool member")
             member = Member(name, step_of, self.folder / folder)
-            if (member.folder / "config.json").is_file():
+            if (
+                not member.folder.is_symlink() and (member.folder / "config.json").is_file()
+            ):  # never load from elsewhere
                 self._load(member)
             else:
                 missing.append(member.name)

@@ -435,6 +435,7 @@ class Trainer:
             self.picker, arm_envs = build_picker(c, self.env_factory, first)
             first = None  # the picker's now
             self.actors.update(self._load_actors())
+            self._check_seats(arm_envs)
             if c.self_play:
                 self._start_self_play(arm_envs[0])
             policy = self._load_policy(arm_envs)
@@ -607,9 +608,28 @@ class Trainer:
         for name, spec in self.config.actors.items():
             try:
                 loaded[name] = policies.load_policy(spec)
-            except (ValueError, OSError, ImportError) as exc:
+            except (ValueError, OSError, ImportError, PolicyError) as exc:
                 raise ConfigError(f"config field 'actors': {name} ({spec!r}): {exc}") from exc
         return loaded
+
+    def _check_seats(self, envs: list[Env]) -> None:
+        """A game's other seat must be someone this run has: the learner plays both seats only in
+        self-play (which trains each seat on its own result), and an actor must be loaded."""
+        for env in envs:
+            opponent = getattr(env, "opponent", None)  # a GameEnv's (envs/games/)
+            if not isinstance(opponent, str) or getattr(env, "game", None) is None:
+                continue
+            if opponent == "self" and not self.config.self_play:
+                raise ConfigError(
+                    "env_args opponent 'self' plays the learner on both seats: train it with self_play: true, "
+                    "which trains each seat on its own result (without it, one seat's result would pay the other's moves)"
+                )
+            actor = opponent.removeprefix("actor:")
+            if opponent.startswith("actor:") and actor not in self.actors:
+                known = ", ".join(sorted(self.actors)) or "none"
+                raise ConfigError(
+                    f"env_args opponent {opponent!r} names an actor this run does not have (config field 'actors': {known})"
+                )
 
     def _start_self_play(self, env: Env) -> None:
         """Self-play's pool (under the run's ``pool/``) and each scripted player's held-out games:

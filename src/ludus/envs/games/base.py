@@ -712,7 +712,9 @@ class GameEnv(Env):
         if forfeit == seat:
             self.notes[seat].append(f"Refused: {why}. You lose.")
         elif forfeit is not None:
-            self.notes[seat].append(f"The opponent made an unreadable or illegal move ({why}). You win.")
+            self.notes[seat].append(
+                "The opponent made an unreadable or illegal move. You win."
+            )  # its text stays its own
         else:
             self.notes[seat] += ["", self.game.render(self.state, seat), "", f"Game over. {verdict}"]
         notes, self.notes[seat] = self.notes[seat], []
