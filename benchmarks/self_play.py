@@ -1,7 +1,8 @@
 """Self-play against training on a fixed scripted player, on the embedded default (issue 35).
 
-For each seed, two runs from the same cached base model, at equal steps, on tic-tac-toe
-(``view: state``: each turn a short prompt, which the embedded model's context holds):
+For each seed, two runs from the same cached base model, at equal steps, on one game (default:
+nim with two heaps of up to five; ``view: state``: each turn a short prompt, which the embedded
+model's context holds):
 
 * **fixed**: every game against the scripted ``greedy`` player (medium strength: it wins at once
   when it can and blocks a win in one);
@@ -18,6 +19,7 @@ evaluation; then the means over seeds and whether the mean rating rose at every 
 Not a test: the two arms of a seed run side by side (one core each); about 20-30 minutes a seed.
 
     python benchmarks/self_play.py --seeds 0 1 2 --plot benchmarks/self_play_ratings.png
+    python benchmarks/self_play.py --env tictactoe --env-args '{}' --seeds 0
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ENV_ARGS = {"view": "state", "winnable": False}
+ENV_ARGS = {"view": "state", "winnable": False}  # added to --env-args
 RECIPE = {  # one recipe for both arms: only self_play differs
-    "env": "tictactoe",
     "max_tokens": 16,
     "tiny": {"max_len": 256},
     "prompts_per_step": 8,
@@ -46,7 +47,8 @@ RECIPE = {  # one recipe for both arms: only self_play differs
 def launch(name: str, seed: int, args: argparse.Namespace, self_play: bool) -> subprocess.Popen:
     config = {
         **RECIPE,
-        "env_args": ENV_ARGS,
+        "env": args.env,
+        "env_args": {**json.loads(args.env_args), **ENV_ARGS},
         "seed": seed,
         "steps": args.steps,
         "eval_every": args.eval_every,
@@ -61,6 +63,17 @@ def launch(name: str, seed: int, args: argparse.Namespace, self_play: bool) -> s
     log = open(Path(args.runs) / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
     command = [sys.executable, "-c", "import sys; from ludus.cli import main; sys.exit(main(sys.argv[1:]))"]
     return subprocess.Popen([*command, "train", "--config", str(path)], stdout=log, stderr=log)
+
+
+def train(seed: int, args: argparse.Namespace) -> None:
+    """The base model first, once, so that the two arms do not both make it; then both arms side by side."""
+    warm = launch(f"warm-{seed}", seed, argparse.Namespace(**{**vars(args), "steps": 0}), self_play=False)
+    if warm.wait():
+        raise SystemExit(f"the base model of seed {seed} failed: see {args.runs}/warm-{seed}.log")
+    arms = {"fixed": launch(f"fixed-{seed}", seed, args, False), "self-play": launch(f"self-{seed}", seed, args, True)}
+    for name, proc in arms.items():
+        if proc.wait():
+            raise SystemExit(f"the {name} run of seed {seed} failed: see {args.runs}")
 
 
 def evals(run: Path) -> list[dict]:
@@ -82,6 +95,8 @@ def vs_greedy(record: dict, self_play: bool) -> tuple[float, float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--env", default="nim", help="a game of the games family (default nim)")
+    p.add_argument("--env-args", default='{"heaps": 2, "max_heap": 5}', help="its arguments, as JSON")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--eval-size", type=int, default=64)
@@ -89,23 +104,16 @@ def main() -> None:
     p.add_argument("--pool-size", type=int, default=5)
     p.add_argument("--runs", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
     p.add_argument("--plot", type=Path, help="write the ratings figure here (PNG)")
+    p.add_argument("--report", action="store_true", help="only report the runs already in --runs (no training)")
     args = p.parse_args()
     args.runs = args.runs or Path(tempfile.mkdtemp(prefix="ludus-self-play-"))
     args.runs.mkdir(parents=True, exist_ok=True)
-    print(f"runs in {args.runs}; {args.steps} steps, {RECIPE['prompts_per_step']}x{RECIPE['group_size']} games a step")
+    print(f"{args.env} {args.env_args}: runs in {args.runs}; {args.steps} steps, "
+          f"{RECIPE['prompts_per_step']}x{RECIPE['group_size']} games a step")  # fmt: skip
     rows = []
     for seed in args.seeds:
-        # the base model first, once, so the two arms do not both make it
-        warm = launch(f"warm-{seed}", seed, argparse.Namespace(**{**vars(args), "steps": 0}), self_play=False)
-        if warm.wait():
-            raise SystemExit(f"the base model of seed {seed} failed: see {args.runs}/warm-{seed}.log")
-        arms = {
-            "fixed": launch(f"fixed-{seed}", seed, args, False),
-            "self-play": launch(f"self-{seed}", seed, args, True),
-        }
-        for name, proc in arms.items():
-            if proc.wait():
-                raise SystemExit(f"the {name} run of seed {seed} failed: see {args.runs}")
+        if not args.report:
+            train(seed, args)
         fixed, play = evals(args.runs / f"fixed-{seed}"), evals(args.runs / f"self-{seed}")
         row = {"seed": seed, "steps": [r["step"] for r in play]}
         for arm, records, is_self in (("fixed", fixed, False), ("self-play", play, True)):

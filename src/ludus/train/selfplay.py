@@ -210,6 +210,7 @@ class SelfPlay:
         while len(self.members) > self.size:
             gone = self.members.pop(0)
             self.actors.pop(gone.name, None)
+            self.elo.ratings.pop(gone.name, None)  # no more games: its rating would only lengthen every log line
             self.evicted.append(gone.folder)
 
     def checkpointed(self) -> None:
