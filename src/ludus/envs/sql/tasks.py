@@ -42,7 +42,7 @@ from ludus.core.env import Split
 from ludus.core.types import Task
 from ludus.envs.sql.verifier import Result, compare_results, orders_rows
 from ludus.tasks.loaders import FileTasks, TaskFileError
-from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket, seed_tag
+from ludus.tasks.procedural import MAX_TRIES, check_split, in_eval_bucket, seed_tag
 
 GENERATOR_VERSION = "sql-v1"  # bump when generated content changes: it is part of every recipe
 # the bytes of generated databases a cache folder keeps, least recently used out first: room for
@@ -672,10 +672,7 @@ class SQLTasks:
         eval_fraction: float = 0.1,
         root: str | Path | None = None,
     ):
-        if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-        if not 0.0 < eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+        check_split(split, eval_fraction)
         if difficulty is not None and difficulty not in LEVELS:
             raise ValueError(f"difficulty must be one of {LEVELS} or None (mixed), got {difficulty!r}")
         self.difficulty, self.seed, self.split, self.eval_fraction = difficulty, seed, split, eval_fraction

@@ -25,7 +25,7 @@ from typing import Any
 from ludus.core.env import Split
 from ludus.core.types import Task
 from ludus.envs.web.shop.data import CURRENCIES, PLACES, STORE_NAMES, open_copy, postcode, street, template
-from ludus.tasks.procedural import MAX_TRIES, in_eval_bucket, seed_tag
+from ludus.tasks.procedural import MAX_TRIES, check_split, in_eval_bucket, seed_tag
 
 GENERATOR_VERSION = "web-shop-v1"  # bump when generated tasks change
 LEVELS = (1, 2, 3)
@@ -269,10 +269,7 @@ class ShopTasks:
         eval_fraction: float = 0.1,
         kind: str | None = None,
     ):
-        if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-        if not 0.0 < eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be strictly between 0 and 1, got {eval_fraction}")
+        check_split(split, eval_fraction)
         if difficulty is not None and difficulty not in LEVELS:
             raise ValueError(f"difficulty must be one of {LEVELS} or None (mixed), got {difficulty!r}")
         levels = [lv for lv in LEVELS if any(m.__name__ == kind for m in KINDS[lv])]
