@@ -115,7 +115,9 @@ def main() -> None:
         if not args.report:
             train(seed, args)
         fixed, play = evals(args.runs / f"fixed-{seed}"), evals(args.runs / f"self-{seed}")
-        row = {"seed": seed, "steps": [r["step"] for r in play]}
+        both = sorted({r["step"] for r in fixed} & {r["step"] for r in play})  # equal steps (a run cut short)
+        fixed, play = [r for r in fixed if r["step"] in both], [r for r in play if r["step"] in both]
+        row = {"seed": seed, "steps": both}
         for arm, records, is_self in (("fixed", fixed, False), ("self-play", play, True)):
             scores = [vs_greedy(r, is_self) for r in records]
             row[arm] = {"score": [s[0] for s in scores], "win": [s[1] for s in scores], "draw": [s[2] for s in scores]}
