@@ -32,6 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ludus.core.registry import make
+from ludus.train.selfplay import calibrate, performance
+
 ENV_ARGS = {"view": "state", "winnable": False}  # added to --env-args
 RECIPE = {  # one recipe for both arms: only self_play differs
     "max_tokens": 16,
@@ -80,6 +83,17 @@ def evals(run: Path) -> list[dict]:
     return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "eval/accuracy" in r]
 
 
+def measured(record: dict, anchors: dict[str, float]) -> float:
+    """The learner's rating at an evaluation as train/selfplay.py measures it, from the logged games
+    against each scripted player (win, draw and loss rates over ``games``)."""
+    results = []
+    for player, rating in anchors.items():
+        n = int(record[f"eval/vs_{player}/games"])
+        wins, draws = round(record[f"eval/vs_{player}/win_rate"] * n), round(record[f"eval/vs_{player}/draw_rate"] * n)
+        results += [(rating, 1.0)] * wins + [(rating, 0.5)] * draws + [(rating, 0.0)] * (n - wins - draws)
+    return performance(results)
+
+
 def vs_greedy(record: dict, self_play: bool) -> tuple[float, float, float]:
     """(score, win rate, draw rate) against greedy from an evaluation record."""
     if self_play:
@@ -111,6 +125,9 @@ def main() -> None:
     print(f"{args.env} {args.env_args}: runs in {args.runs}; {args.steps} steps, "
           f"{RECIPE['prompts_per_step']}x{RECIPE['group_size']} games a step")  # fmt: skip
     rows = []
+    env_args = {**json.loads(args.env_args), **ENV_ARGS}
+    anchors = calibrate(make(args.env, **env_args))  # as train/selfplay.py fixes them
+    print("scripted players' ratings: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(anchors.items())))
     for seed in args.seeds:
         if not args.report:
             train(seed, args)
@@ -121,7 +138,7 @@ def main() -> None:
         for arm, records, is_self in (("fixed", fixed, False), ("self-play", play, True)):
             scores = [vs_greedy(r, is_self) for r in records]
             row[arm] = {"score": [s[0] for s in scores], "win": [s[1] for s in scores], "draw": [s[2] for s in scores]}
-        row["rating"] = [r["rating/learner"] for r in play]
+        row["rating"] = [measured(r, anchors) for r in play]
         row["ratings"] = {k.removeprefix("rating/"): v for k, v in play[-1].items() if k.startswith("rating/")}
         rows.append(row)
         print(f"\nseed {seed} (vs greedy on {args.eval_size} held-out starts; score = win + draw/2)")

@@ -4,6 +4,7 @@ opponent pool, ratings and `ludus train --self-play`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -14,7 +15,18 @@ from ludus.core.registry import factory, make
 from ludus.core.types import Message, Score, Status, Trajectory, Turn
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
-from ludus.train.selfplay import ANCHOR, LEARNER, Elo, SelfPlay, learner_result, seat_groups, win_rate
+from ludus.train.selfplay import (
+    ANCHOR,
+    LEARNER,
+    Elo,
+    SelfPlay,
+    calibrate,
+    expected_score,
+    learner_result,
+    performance,
+    seat_groups,
+    win_rate,
+)
 
 
 class Player(Policy):
@@ -203,6 +215,50 @@ def test_elo_keeps_the_anchor_and_moves_winners_up() -> None:
     assert elo.games["a"] == 12
 
 
+def test_a_performance_rating_is_the_rating_whose_expected_score_is_the_score_made() -> None:
+    assert performance([(1000.0, 0.5)] * 10) == pytest.approx(1000.0)
+    assert performance([(1200.0, 1.0), (800.0, 0.0)]) == pytest.approx(1000.0)
+    won, lost = performance([(1000.0, 1.0)] * 64), performance([(1000.0, 0.0)] * 64)
+    assert 1500 < won < 2500 and -500 < lost < 500  # finite: one virtual draw per opponent
+    a_few = performance([(1000.0, 0.0)] * 61 + [(1000.0, 1.0)] * 3)
+    assert lost < a_few < 1000.0 < performance([(1000.0, 0.0)] * 30 + [(1000.0, 1.0)] * 34) < won
+    # the expected score at the rating found is the score made, prior included
+    games = [(1000.0, 1.0), (1400.0, 0.5), (1400.0, 0.0), (1000.0, 1.0)]
+    r = performance(games)
+    with_prior = [*games, (1000.0, 0.5), (1400.0, 0.5)]
+    assert sum(expected_score(r, o) for o, _ in with_prior) == pytest.approx(sum(s for _, s in with_prior), abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["tictactoe", "nim"])
+def test_scripted_players_are_calibrated_in_order_of_strength(name: str) -> None:
+    ratings = calibrate(make(name, winnable=False), seed=0)
+    assert ratings["random"] == 1000.0 < ratings["greedy"] < ratings["perfect"]
+    assert ratings == calibrate(make(name, winnable=False), seed=0)  # seeded
+
+
+def test_the_learner_is_measured_at_evaluations_and_pool_games_move_only_the_member(tmp_path) -> None:
+    pool = SelfPlay(tmp_path, every=1, size=2, sampling="rating", latest=0.0, seed=0)
+    pool.calibrate(make("nim", winnable=False))
+    anchors = {k: v for k, v in pool.elo.ratings.items() if k != LEARNER}
+    task = make("nim").default_tasks("train").get(0)
+
+    def played(status: str, opponent: str = "") -> Trajectory:
+        t = Trajectory(task=task, messages=[], score=Score(1.0 if status == "correct" else 0.0, Status(status)))
+        t.task = dataclasses.replace(task, info={**task.info, "opponent": opponent})
+        return t
+
+    pool.record_eval({"random": [played("correct")] * 40, "greedy": [played("wrong")] * 40})
+    strong = pool.elo.rating(LEARNER)
+    assert anchors["random"] < strong < anchors["greedy"] + 400
+    pool.record_eval({"random": [played("wrong")] * 40, "greedy": [played("wrong")] * 40})
+    assert pool.elo.rating(LEARNER) < anchors["random"] < strong  # a measurement, not a sum of updates
+    pool.elo.ratings["pool-1"] = 1000.0
+    before = pool.elo.rating(LEARNER)
+    pool.record_training([[played("correct", "actor:pool-1")] * 8])
+    assert pool.elo.rating(LEARNER) == before and pool.elo.rating("pool-1") < 1000.0
+    assert {k: v for k, v in pool.elo.ratings.items() if k in anchors} == anchors  # the anchors never move
+
+
 def test_learner_result_reads_the_status() -> None:
     t = Trajectory(task=None, messages=[], score=Score(0.5, Status.PARTIAL))  # type: ignore[arg-type]
     assert learner_result(t) == 0.5
@@ -260,6 +316,7 @@ def test_ludus_train_self_play_keeps_a_pool_rates_players_and_resumes(tmp_path, 
     assert sum(r["selfplay/pool_matches"] for r in steps) > 0  # some groups met the pool
     assert {f"eval/vs_{p}/win_rate" for p in ("random", "greedy", "perfect")} <= set(evals[-1])
     assert evals[-1]["rating/random"] == 1000.0 and "rating/pool-6" in evals[-1]
+    assert len({(r["rating/greedy"], r["rating/perfect"]) for r in evals}) == 1  # calibrated once, fixed
     assert sorted(p.name for p in (run / "pool").iterdir()) == ["step_000004", "step_000006"]
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert {s["task"]["info"]["opponent"].rsplit("-", 1)[0] for s in samples} <= {"self", "actor:pool"}

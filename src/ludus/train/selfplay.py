@@ -5,15 +5,22 @@ checkpoints, and everyone gets a rating.
                ─▶ G matches from one start; the engine batches every seat the learner plays
                ─▶ :func:`seat_groups`: one GRPO group per task and learner seat
     every ``pool_every`` steps ─▶ the learner's weights saved into the pool (``pool_size`` kept)
-    every match against a member, every held-out game against a scripted player ─▶ Elo ratings
+    ratings: the scripted players calibrated once by games among themselves; the learner measured
+    at every evaluation against them; each pool member rated by its games against the learner
 
 Advantages per seat are what SPIRAL calls a role-conditioned baseline: a group holds G matches
 from the same start, and each seat's rewards (zero-sum: a win for one is a loss for the other) are
 centred on that seat's own mean, so the first player's advantage is not mistaken for skill.
 
-Ratings are Elo with ``K = 32``, updated game by game in a fixed order (a step's matches as
-sampled, an evaluation's games by task); the scripted ``random`` player is fixed at 1000 and
-anchors the scale. A snapshot joins the pool with the learner's rating at that moment.
+Ratings are on the Elo scale, anchored by players that do not change. When a run starts, the
+game's scripted players play each other (:func:`calibrate`) and get fixed ratings, ``random`` at
+1000. At every evaluation the learner's rating is its performance against them: the rating at
+which its expected score against their ratings equals the score it made on the held-out games
+(:func:`performance`, with one virtual draw against each as a prior, so that losing every game
+is a low rating, not minus infinity). It is a measurement of the weights of that step, not a sum
+of past updates, so it falls only when the learner plays worse. A pool member joins with the
+learner's rating of that moment and moves by Elo (``K = 32``) with its games against the learner,
+game by game in a fixed order; those games do not move the learner's rating.
 """
 
 from __future__ import annotations
@@ -108,8 +115,64 @@ def learner_result(trajectory: Trajectory) -> float | None:
     return {Status.CORRECT: 1.0, Status.PARTIAL: 0.5}.get(score.status, 0.0)
 
 
+def expected_score(rating: float, other: float) -> float:
+    """The score a player of ``rating`` is expected to make against one of ``other`` (Elo's logistic)."""
+    return 1.0 / (1.0 + 10 ** ((other - rating) / 400.0))
+
+
+def performance(results: Iterable[tuple[float, float]], prior: int = 1) -> float:
+    """The maximum-likelihood Elo rating of a player who made these ``(opponent's rating, score)``
+    results: the rating at which the expected scores add up to the scores made. ``prior`` virtual
+    draws against each distinct opponent keep it finite when every game was won or lost."""
+    games = list(results)
+    games += [(rating, 0.5) for rating in {r for r, _ in games} for _ in range(prior)]
+    if not games:
+        return ANCHOR_RATING
+    made = sum(score for _, score in games)
+    lo, hi = -5000.0, 7000.0
+    for _ in range(80):  # bisection: the expected total rises with the rating
+        mid = (lo + hi) / 2
+        if sum(expected_score(mid, r) for r, _ in games) < made:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def calibrate(env: Any, games: int = 40, seed: int = 0) -> dict[str, float]:
+    """Ratings of a game's scripted players from games among themselves: every pair ``games``
+    times, seats alternating, from starts the environment draws as it draws its tasks (its
+    ``draw_setup``, ``start_state``), moves from generators seeded by the game and the state;
+    fitted jointly (each player's :func:`performance` against the others, repeated until it
+    settles), ``random`` fixed at 1000."""
+    game, players = env.game, env.game.players()
+    names = sorted(players)
+    results: list[tuple[str, str, float]] = []
+    rng = random.Random(f"calibrate:{env.name}:{seed}")
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            for k in range(games):
+                setup = env.draw_setup(rng)
+                seats = (a, b) if k % 2 == 0 else (b, a)
+                state = env.start_state(setup)
+                while not game.terminal(state):
+                    mover = seats[game.to_move(state)]
+                    state = game.apply(state, players[mover](state, random.Random(f"{seed}:{k}:{mover}:{state!r}")))
+                result = game.returns(state)[seats.index(a)]  # type: ignore[index]
+                results.append((a, b, result))
+    ratings = {name: ANCHOR_RATING for name in names}
+    for _ in range(50):
+        for name in names:
+            if name == ANCHOR:
+                continue
+            mine = [(ratings[b], s) for a, b, s in results if a == name]
+            mine += [(ratings[a], 1.0 - s) for a, b, s in results if b == name]
+            ratings[name] = performance(mine)
+    return {name: round(value, 1) for name, value in ratings.items()}
+
+
 class Elo:
-    """Elo ratings of named players; ``fixed`` players keep theirs (the anchor)."""
+    """Elo ratings of named players; ``fixed`` players keep theirs (the anchors)."""
 
     def __init__(self, ratings: Mapping[str, float] | None = None, fixed: Iterable[str] = (ANCHOR,)):
         self.ratings: dict[str, float] = dict(ratings or {})
@@ -121,7 +184,7 @@ class Elo:
 
     def expected(self, a: str, b: str) -> float:
         """The score ``a`` is expected to make against ``b``."""
-        return 1.0 / (1.0 + 10 ** ((self.rating(b) - self.rating(a)) / 400.0))
+        return expected_score(self.rating(a), self.rating(b))
 
     def update(self, results: Iterable[tuple[str, str, float]]) -> None:
         """``(a, b, a's score)`` results, one game at a time."""
@@ -221,8 +284,14 @@ class SelfPlay:
         self.evicted = []
 
     # ---- ratings -------------------------------------------------------------------------------
+    def calibrate(self, env: Any) -> None:
+        """Fix the scripted players' ratings by games among themselves (:func:`calibrate`)."""
+        scripted = calibrate(env)  # one seed for every run: the ratings are the game's, comparable across runs
+        self.elo.ratings.update(scripted)
+        self.elo.fixed = {*scripted, LEARNER}  # the learner moves only when it is measured
+
     def record_training(self, groups: Iterable[list[Trajectory]]) -> dict[str, float]:
-        """Rate the learner against the pool members it met in these groups; the step's metrics."""
+        """Rate the pool members the learner met in these groups; the step's metrics."""
         results = []
         for group in groups:
             for t in group:
@@ -237,9 +306,14 @@ class SelfPlay:
             out["selfplay/pool_win_rate"] = round(sum(played) / len(played), 4)
         return out | self.elo.metrics()
 
-    def record_eval(self, player: str, trajectories: Iterable[Trajectory]) -> None:
-        """Rate the learner against scripted ``player`` from its held-out games."""
-        self.elo.update((LEARNER, player, r) for t in trajectories if (r := learner_result(t)) is not None)
+    def record_eval(self, games: Mapping[str, Iterable[Trajectory]]) -> None:
+        """Measure the learner: its performance rating over an evaluation's held-out games against
+        each scripted player (name -> its games), at their fixed ratings."""
+        results = [
+            (self.elo.rating(player), r) for player, played in games.items() for t in played
+            if (r := learner_result(t)) is not None
+        ]  # fmt: skip
+        self.elo.ratings[LEARNER] = performance(results)
 
     # ---- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -270,7 +344,8 @@ class SelfPlay:
         for stale in self.folder.glob("step_[0-9][0-9][0-9][0-9][0-9][0-9]") if self.folder.is_dir() else []:
             if stale.name not in kept and int(stale.name.removeprefix("step_")) > step:
                 shutil.rmtree(stale, ignore_errors=True)
-        self.elo = Elo(state.get("ratings", {LEARNER: ANCHOR_RATING}))
+        fixed = self.elo.fixed
+        self.elo = Elo(state.get("ratings", {LEARNER: ANCHOR_RATING}), fixed)
         self.elo.games = dict(state.get("games", {}))
         return missing
 

@@ -648,6 +648,7 @@ class Trainer:
             model_args=c.model_args,
             actors=self.actors,
         )
+        self.self_play.calibrate(env)
         for player in game.players():  # type: ignore[union-attr]
             make = registry.factory(c.env, {**c.env_args, "opponent": player})
             with contextlib.closing(make()) as scripted:
@@ -659,6 +660,7 @@ class Trainer:
         and the ratings they move."""
         assert self.self_play is not None
         record: dict[str, float] = {}
+        played: dict[str, list[Trajectory]] = {}
         for player, (make, tasks) in self.scripted.items():
             games: list[Trajectory] = []
             size = len(tasks)
@@ -671,8 +673,9 @@ class Trainer:
                 host=self.host,
                 on_trajectory=games.append,
             )
-            self.self_play.record_eval(player, games)
+            played[player] = games
             record |= {f"eval/vs_{player}/{name}": value for name, value in win_rate(games).items()}
+        self.self_play.record_eval(played)
         return record | self.self_play.elo.metrics()
 
     def _step(self, step: int, elapsed_s: float) -> tuple[dict[str, Any], float]:
