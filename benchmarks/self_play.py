@@ -37,7 +37,7 @@ from ludus.train.selfplay import calibrate, performance
 
 ENV_ARGS = {"view": "state", "winnable": False}  # added to --env-args
 RECIPE = {  # one recipe for both arms: only self_play differs
-    "max_tokens": 16,
+    "max_tokens": 24,  # a move tag is 14-17 characters (nim: <move>1 2</move>); room for a stray one
     "tiny": {"max_len": 256},
     "prompts_per_step": 8,
     "group_size": 8,
