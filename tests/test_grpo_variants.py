@@ -134,6 +134,15 @@ def test_overlong_filter_masks_cut_off_turns_but_keeps_their_rewards_in_the_base
     assert plain[0].advantage == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-4), abs=1e-6)
 
 
+def test_a_flat_group_trains_only_under_a_kl_term_and_an_infra_error_never():
+    flat = [_traj(0.0, 3), _traj(0.0, 4), _traj(0.0, 2, status=Status.INFRA_ERROR)]
+    varied = [_traj(1.0, 3), _traj(0.0, 4), _traj(1.0, 2, status=Status.INFRA_ERROR)]
+    plain = build_samples([flat, varied], TrainConfig().loss())
+    assert [len(s.completion_ids) for s in plain] == [3, 4] and all(s.advantage != 0 for s in plain)
+    with_kl = build_samples([flat, varied], TrainConfig(beta=0.1).loss())
+    assert [(len(s.completion_ids), s.advantage == 0) for s in with_kl] == [(3, True), (4, True), (3, False), (4, False)]
+
+
 # ---- short training runs ----
 
 

@@ -140,6 +140,22 @@ def test_bounds_on_batch_episodes_and_environment_threads():
     assert Counted.alive == 0  # every environment was closed
 
 
+class SlowToClose(Counted):
+    def close(self) -> None:
+        threading.Event().wait(0.3)  # a browser or sandbox takes a while to let go
+        super().close()
+
+
+def test_a_run_returns_with_its_environments_closed():
+    # closes run on the environment threads so they never hold up an episode, yet whoever ran
+    # the episodes must find the processes and connections released when run() returns
+    Counted.reset_counts()
+    engine = RolloutEngine(Echo(), SlowToClose, SamplingParams(max_tokens=4), RolloutConfig(env_concurrency=2))
+    done = engine.run(requests([Task(f"t{i}", f"p{i}") for i in range(4)]))
+    assert [t.score.value for t in done] == [1.0] * 4
+    assert Counted.alive == 0
+
+
 def test_backend_failures_are_retried_then_masked_never_scored():
     tasks = [Task("t0", "x"), Task("t1", "y")]
     flaky = RolloutEngine(Echo(fail_first=1), Counted, SamplingParams(max_tokens=4))
@@ -186,7 +202,8 @@ class Crashing(Env):
     ],
 )
 def test_environment_crashes_and_hangs_end_as_infra_error(where, reason):
-    config = RolloutConfig(step_timeout_s=0.3, infra_retries=1)
+    # a short limit only where the step hangs: a busy machine may take 0.3 s to start a reset
+    config = RolloutConfig(step_timeout_s=0.3 if where == "hang" else 30.0, infra_retries=1)
     engine = RolloutEngine(Echo(), lambda: Crashing(where), SamplingParams(max_tokens=4), config)
     done = engine.run(requests([Task("t0", "x")]))
     (t,) = done

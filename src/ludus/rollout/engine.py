@@ -41,6 +41,7 @@ from ludus.rollout.hosts import EnvCalls, EnvHost, HostedEnv, ThreadHost
 
 # asked after each step that did not end the episode; a Score ends it (see RolloutEngine)
 StopHook = Callable[[Trajectory, StepResult], Score | None]
+CLOSE_WAIT_S = 30.0  # how long the end of a run waits for environment closes (a close may hang)
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,8 @@ class RolloutEngine:
             for task in (feeder, *flight.loops, *running):
                 task.cancel()
             await asyncio.gather(feeder, *flight.loops, *running, return_exceptions=True)
-            if self.host is None:
+            if self.host is None:  # a host of its own: the environments it ran are closed when the stream ends
+                await host.closes_finished(CLOSE_WAIT_S)
                 host.shutdown()
             wall = time.monotonic() - started
             self.stats = {

@@ -82,6 +82,7 @@ class ThreadHost:
         self._running: dict[asyncio.Future[Any], bool] = {}
         self._replaced = 0
         self._lock = threading.Lock()
+        self._closing: set[asyncio.Future[Any]] = set()  # environment closes not finished yet
 
     async def open(self, factory: Callable[[], Env]) -> _InProcessEnv:
         env = factory() if self.opens_quickly(factory) else await self.run(factory)
@@ -142,6 +143,20 @@ class ThreadHost:
                 self._threads = [t for t in self._threads if t.is_alive()]
         return started
 
+    def close_later(self, env: Env) -> None:
+        """Close ``env`` on a pool thread without holding up the episode that used it."""
+        future = self.run(_close_quietly, env)
+        self._closing.add(future)
+        future.add_done_callback(self._closing.discard)
+
+    async def closes_finished(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds: a close may hang) until every environment given to
+        :meth:`close_later` is closed, so that whoever ran the episodes finds their processes and
+        connections released. Returns whether they all were."""
+        if self._closing:
+            await asyncio.wait(list(self._closing), timeout=timeout)
+        return not self._closing
+
     def shutdown(self) -> None:
         """Let queued jobs (environment closes) finish, then stop the threads; never waits."""
         for _ in self._threads:
@@ -177,7 +192,7 @@ class _InProcessEnv:
         if self.calls is EnvCalls.QUICK:
             _close_quietly(self.env)
         else:
-            self.host.run(_close_quietly, self.env)  # not awaited: closing must not hold up the episode
+            self.host.close_later(self.env)
 
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]

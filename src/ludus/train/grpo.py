@@ -294,12 +294,14 @@ def build_samples(groups: Sequence[Sequence[Trajectory]], config: LossConfig) ->
     """The :class:`Sample` s of every trajectory: each run of :func:`chained_turns` is one sample
     (a single turn is a plain one); under ``turn_credit="reward_to_go"``, where turns' advantages
     differ, a run is cut where the advantage changes, since a sample has one. Left out: samples
-    with advantage 0 when there is no KL term (no gradient, compute for nothing) and, with
-    ``overlong_filter``, turns cut off at ``max_tokens``."""
+    with advantage 0 when there is no KL term (no policy gradient, compute for nothing), the
+    turns of infrastructure failures and, with ``overlong_filter``, turns cut off at ``max_tokens``."""
     trajs = [t for group in groups for t in group]
+    valid = rewards_and_validity(groups)[1].flatten().tolist()
     samples: list[Sample] = []
-    for traj, advantages in zip(trajs, advantages_per_turn(groups, config), strict=True):
-        samples += episode_samples(traj, advantages, config)
+    for traj, measured, advantages in zip(trajs, valid, advantages_per_turn(groups, config), strict=True):
+        if measured:  # an infrastructure failure teaches nothing, not even through the KL term
+            samples += episode_samples(traj, advantages, config)
     return samples
 
 
@@ -382,9 +384,12 @@ def policy_loss(
     truncated at ``importance_cap`` or, with ``importance_mode="mask"``, 0 past it (see the
     module docstring).
 
-    ``entropy`` (``[B, T]``, differentiable) with ``entropy_coef > 0`` adds the bonus ``-c·H``:
-    without it a policy that is confidently wrong on some prompts samples the same answer G
-    times, the group has zero variance, and those prompts never teach it anything again."""
+    ``entropy`` (``[B, T]``, differentiable) with ``entropy_coef > 0`` adds the bonus ``-c·H``
+    on the samples in the loss: it keeps their groups from going flat (a policy confidently wrong
+    on some prompts samples the same answer G times, the group has zero variance, and those
+    prompts never teach it anything again). It does not reach a group that is already flat: its
+    samples are left out (:func:`build_samples`), since the bonus over every sampled token halved
+    the default recipe's steps and did not revive such groups (docs/recipe.md)."""
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {loss_agg!r}")
     if importance_mode not in IMPORTANCE_MODES:
