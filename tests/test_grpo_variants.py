@@ -140,7 +140,12 @@ def test_a_flat_group_trains_only_under_a_kl_term_and_an_infra_error_never():
     plain = build_samples([flat, varied], TrainConfig().loss())
     assert [len(s.completion_ids) for s in plain] == [3, 4] and all(s.advantage != 0 for s in plain)
     with_kl = build_samples([flat, varied], TrainConfig(beta=0.1).loss())
-    assert [(len(s.completion_ids), s.advantage == 0) for s in with_kl] == [(3, True), (4, True), (3, False), (4, False)]
+    assert [(len(s.completion_ids), s.advantage == 0) for s in with_kl] == [
+        (3, True),
+        (4, True),
+        (3, False),
+        (4, False),
+    ]
 
 
 # ---- short training runs ----
