@@ -39,6 +39,9 @@ ENV_ARGS = {"view": "state", "winnable": False}  # added to --env-args
 RECIPE = {  # one recipe for both arms: only self_play differs
     "max_tokens": 24,  # a move tag is 14-17 characters (nim: <move>1 2</move>); room for a stray one
     "tiny": {"max_len": 256},
+    # a base that plays legal moves: 180 warm-start steps (the arithmetic default) left nim's base
+    # losing 0.92 of its games to random by illegal moves; 500 steps: 0.375 score vs random, 0.41 vs greedy
+    "warmstart_steps": 500,
     "prompts_per_step": 8,
     "group_size": 8,
     "time_limit_min": 0,

@@ -362,5 +362,43 @@ def test_moves_as_a_tool_answer_every_call_and_keep_the_conversation_well_formed
     assert played.observation.messages[0].role == "tool" and played.observation.messages[0].tool_call_id == "c"
     assert played.observation.tools and env.state[int(free[0]) - 1] == "X" if task.info["seat"] == 0 else True
     assert TicTacToeEnv(moves="tool").reference(task) is None  # a warm start reads text replies
+    assert TicTacToeEnv(moves="tool").reference_example(task, 0) is None
     with pytest.raises(ValueError, match="moves must be"):
         TicTacToeEnv(moves="json")
+
+
+@pytest.mark.parametrize("opponent", ["self", "greedy"])
+def test_warm_start_examples_come_from_the_whole_game_with_the_perfect_move(opponent):
+    # a model warm-started on opening positions alone played "1 1" once heap 1 was empty
+    env = NimEnv(heaps=2, max_heap=5, view="state", opponent=opponent)
+    source = env.task_source("train")
+    later = 0
+    for i in range(200):
+        conversation, reply = env.reference_example(source.get(i), seed=i)
+        assert [m.role for m in conversation] == ["user"]
+        text = conversation[0].content
+        heaps = tuple(int(n) for n in text.split("Heaps: ")[1].rstrip(".").replace("heap 1: ", "").split(", heap 2: "))
+        later += "first player" in text and "The opponent plays" in text  # the first player's second turn or later
+        move = read_move(env.game, reply)[0]
+        seat = 0 if "first player" in text else 1
+        assert move in env.game.legal((heaps, seat)), (text, reply)
+        after = env.game.apply((heaps, seat), move)[0]
+        if heaps[0] ^ heaps[1]:  # a winning position: the perfect move leaves a nim-sum of 0
+            assert after[0] ^ after[1] == 0, (text, reply)
+    assert later > 25  # not only the game's first turns
+
+
+def test_warm_start_examples_in_conversation_view_are_a_seats_whole_conversation():
+    env = TicTacToeEnv(opponent="self", view="conversation")
+    source = env.task_source("train")
+    lengths = set()
+    for i in range(30):
+        task = source.get(i)
+        conversation, reply = env.reference_example(task, seed=i)
+        lengths.add(len(conversation))
+        roles = [m.role for m in conversation]
+        assert roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
+        assert all(read_move(env.game, m.content)[0] for m in conversation if m.role == "assistant")
+        assert conversation[0].content.startswith("You are playing tic-tac-toe as the ")
+        assert read_move(env.game, reply)[0] is not None
+    assert max(lengths) >= 5  # turns from deep in the game

@@ -13,8 +13,10 @@ import pytest
 from ludus.cli import main
 from ludus.core.registry import factory, make
 from ludus.core.types import Message, Score, Status, Trajectory, Turn
+from ludus.envs.games import TicTacToeEnv
 from ludus.policies.base import Completion, Policy, SamplingParams
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
+from ludus.rollout.evaluate import evaluate
 from ludus.train.selfplay import (
     ANCHOR,
     LEARNER,
@@ -301,7 +303,11 @@ def test_the_pool_adds_every_k_steps_keeps_the_newest_and_deletes_the_rest(tmp_p
 TINY = '{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 256}'
 
 
-def test_ludus_train_self_play_keeps_a_pool_rates_players_and_resumes(tmp_path, capsys) -> None:
+def test_ludus_train_self_play_keeps_a_pool_rates_players_and_resumes(tmp_path, capsys, monkeypatch) -> None:
+    from ludus.train import trainer
+
+    evaluations = []
+    monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: evaluations.append(a[1]) or evaluate(*a, **k))
     args = ["train", "--env", "tictactoe", "--env-args", '{"view": "state", "winnable": false}', "--self-play",
             "--steps", "6", "--pool-every", "2", "--pool-size", "2", "--self-play-latest", "0.3",
             "--prompts-per-step", "4", "--group-size", "2", "--eval-every", "3", "--eval-size", "4",
@@ -317,6 +323,11 @@ def test_ludus_train_self_play_keeps_a_pool_rates_players_and_resumes(tmp_path, 
     assert {f"eval/vs_{p}/win_rate" for p in ("random", "greedy", "perfect")} <= set(evals[-1])
     assert evals[-1]["rating/random"] == 1000.0 and "rating/pool-6" in evals[-1]
     assert len({(r["rating/greedy"], r["rating/perfect"]) for r in evals}) == 1  # calibrated once, fixed
+    # each evaluation: the run's own held-out games (against the game's default scripted player,
+    # counted as that player's games too) and the other two players': three, not four
+    default = TicTacToeEnv().opponent
+    assert len(evaluations) == 3 * len(evals)
+    assert all(r[f"eval/vs_{default}/win_rate"] == r["eval/accuracy"] for r in evals)
     assert sorted(p.name for p in (run / "pool").iterdir()) == ["step_000004", "step_000006"]
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert {s["task"]["info"]["opponent"].rsplit("-", 1)[0] for s in samples} <= {"self", "actor:pool"}
@@ -334,6 +345,8 @@ def test_self_play_is_refused_where_it_cannot_work(tmp_path, capsys) -> None:
     assert "needs a two-player game" in capsys.readouterr().err
     assert main([*base, "--env", "nim", "--max-staleness", "1"]) != 0
     assert "drop max_staleness" in capsys.readouterr().err
+    assert main([*base, "--env", "nim", "--env-server", "http://127.0.0.1:9"]) != 0
+    assert "drop env_server" in capsys.readouterr().err
     assert main([*base, "--env", "nim", "--self-play-latest", "2"]) != 0
     assert "self_play_latest" in capsys.readouterr().err
 
@@ -373,3 +386,30 @@ def test_a_checkpoint_naming_other_files_as_pool_members_is_refused(tmp_path) ->
     for members in ([["pool-2", 2, "../../elsewhere"]], [["pool-2", 2, "step_000004"]], [["x", 2, "step_000002"]]):
         with pytest.raises(ValueError, match="not a pool member"):
             pool.load_state_dict({"members": members}, step=4)
+
+
+def test_a_seat_crosses_an_env_server_as_the_observations_actor() -> None:
+    # the server plays the game; the client's engine answers each observation as its actor says
+    from ludus.rollout.remote import RemoteEnv, ServerHost
+    from support import start_env_server
+
+    args = {"opponent": "actor:rival", "winnable": False}
+    proc, url = start_env_server("--show-reasons", env="tictactoe", env_args=args)
+    host = ServerHost([url])
+    rival = Player("last")
+    try:
+        remote = RemoteEnv(url)
+        tasks = [remote.task_source("train").get(i) for i in range(4)]
+        engine = RolloutEngine(
+            Player("first"), lambda: remote, SamplingParams(max_tokens=16), host=host, actors={"rival": rival}
+        )
+        got = engine.run(requests(tasks, 2))
+    finally:
+        host.shutdown()
+        proc.terminate()
+        proc.wait(timeout=30)
+    want = run(dict(args), Player("first"), {"rival": Player("last")})
+    assert rival.calls and len(got) == len(want) == 8
+    assert [(t.task.id, t.score.to_dict(), [m.to_dict() for m in t.messages], len(t.turns)) for t in got] == [
+        (t.task.id, t.score.to_dict(), [m.to_dict() for m in t.messages], len(t.turns)) for t in want
+    ]

@@ -182,6 +182,14 @@ class Env(ABC):
         supervised warm-starts and by ``ludus check``; ``None`` when there is none to give."""
         return None
 
+    def reference_example(self, task: Task, seed: int) -> tuple[list[Message], str] | None:
+        """A conversation the policy meets on ``task`` and a good reply to it: what the embedded
+        model's supervised warm start trains on. By default the first observation and
+        :meth:`reference`; a multi-turn environment may give a later turn (a game's middle), so
+        that the warm start covers the conversations RL meets, not only their beginnings."""
+        reply = self.reference(task)
+        return None if reply is None else (list(self.reset(task, seed).messages), reply)
+
     def reference_actions(self, task: Task) -> list[Message] | None:
         """The assistant messages of an episode that earns full reward (tool calls included):
         what the scripted oracle policy plays, proving a task solvable. By default the

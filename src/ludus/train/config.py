@@ -343,6 +343,7 @@ class TrainConfig:
             "offline": self.offline,
             "replay": self.replay,
             "group_judge": self.group_judge,
+            "env_server": self.env_server,  # its tasks stay on the server: self-play sets each game's opponent on the task
         }
         given = [name for name, value in clashes.items() if value]
         if given:

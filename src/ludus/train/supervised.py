@@ -50,15 +50,14 @@ def reference_batch(envs: Env | Sequence[Env], indices: range) -> tuple[list[lis
     for i in indices:
         env = envs[i % len(envs)]
         task = cycled_task(sources[i % len(envs)], i // len(envs))
-        reply = env.reference(task)
-        if reply is None:
+        example = env.reference_example(task, seed=i)
+        if example is None:
             raise ValueError(
                 f"environment {env.name!r} gives no reference answer for task {task.id}; "
                 "supervised warm-start needs one (set warmstart_steps: 0 to skip it)"
             )
-        obs = env.reset(task, seed=i)
-        conversations.append(obs.messages)
-        replies.append(reply)
+        conversations.append(example[0])
+        replies.append(example[1])
     return conversations, replies
 
 
@@ -181,7 +180,7 @@ def base_model_recipe(config: TrainConfig) -> dict[str, Any]:
     if config.curriculum:
         tasks["curriculum_levels"] = config.curriculum_levels or "all"
     return tasks | {
-        "recipe": 2,
+        "recipe": 3,
         "env": config.env,
         "env_args": config.env_args,
         "tiny": config.tiny,

@@ -563,6 +563,7 @@ class Trainer:
         server = self.inference_server
         per_arm: dict[str, dict[str, float]] = {}
         ungraded: dict[str, str] = {}  # arms that graded no sample: why
+        played: dict[tuple[str, ...], list[Trajectory]] = {}  # self-play: the games, by their tasks' ids
         for key, arm in self.picker.arms.items():
             size = max(1, len(arm.eval_tasks))  # greedy, every task in one lockstep batch
             # an ahead sampler may sample training replies meanwhile: only those count in rollout/*
@@ -575,6 +576,9 @@ class Trainer:
                     config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
                     host=self.host,
                     actors=self.actors,
+                    on_trajectory=played.setdefault(tuple(t.id for t in arm.eval_tasks), []).append
+                    if self.self_play
+                    else None,
                 )
             per_arm[key] = {
                 "accuracy": summary.accuracy,
@@ -599,7 +603,7 @@ class Trainer:
         if len(per_arm) > 1:
             record |= {f"eval/{key}/{name}": v for key, values in per_arm.items() for name, v in values.items()}
         if self.self_play is not None:
-            record |= self._evaluate_players()
+            record |= self._evaluate_players(played)
         return record
 
     def _load_actors(self) -> dict[str, Policy]:
@@ -655,24 +659,26 @@ class Trainer:
                 source = scripted.task_source("eval")
                 self.scripted[player] = (make, tuple(source.get(i) for i in range(c.eval_size)))
 
-    def _evaluate_players(self) -> dict[str, float]:
+    def _evaluate_players(self, done: dict[tuple[str, ...], list[Trajectory]]) -> dict[str, float]:
         """Greedy games on held-out starts against each scripted player: win, draw and loss rates,
-        and the ratings they move."""
+        and the ratings they move. ``done``: games the evaluation of the run's arm played, by their
+        tasks; against the arm's own scripted opponent they are these games, not played twice."""
         assert self.self_play is not None
         record: dict[str, float] = {}
         played: dict[str, list[Trajectory]] = {}
         for player, (make, tasks) in self.scripted.items():
-            games: list[Trajectory] = []
-            size = len(tasks)
-            evaluate(
-                self.learner.policy,
-                make,
-                list(tasks),
-                sampling=SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens),
-                config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
-                host=self.host,
-                on_trajectory=games.append,
-            )
+            games = done.get(tuple(t.id for t in tasks), [])
+            if {g.task.id: g.task for g in games} != {t.id: t for t in tasks}:  # not these games: play them
+                games, size = [], len(tasks)
+                evaluate(
+                    self.learner.policy,
+                    make,
+                    list(tasks),
+                    sampling=SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens),
+                    config=RolloutConfig(lockstep=True, max_batch=size, max_episodes=size),
+                    host=self.host,
+                    on_trajectory=games.append,
+                )
             played[player] = games
             record |= {f"eval/vs_{player}/{name}": value for name, value in win_rate(games).items()}
         self.self_play.record_eval(played)

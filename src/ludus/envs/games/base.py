@@ -497,6 +497,36 @@ class GameEnv(Env):
         line = self.oracle_line(setup) if setup.opponent in self.game.players() else None
         return None if line is None else [self.move_message(move, i) for i, move in enumerate(line)]
 
+    def reference_example(self, task: Task, seed: int) -> tuple[list[Message], str] | None:
+        """One of the policy's turns from anywhere in a game, with the perfect player's move as the
+        reply: a model warm-started on opening positions alone plays illegal moves once the game
+        has moved on (a nim heap emptied). The game is played from the task's start, each move the
+        greedy player's or, half the time, a random legal one, so the turns are those a learning
+        policy reaches, not only a strong line's (and a game costs one perfect move, the label's);
+        scripted opponents move as the task says."""
+        if self.moves == "tool":
+            return None  # a tool call is no text reply: warm start with moves="text"
+        rng = random.Random(f"{self.game.name}:{task.id}:{seed}:warm start")
+        obs = self.reset(task, seed)
+        conversation, turns, n = list(obs.messages), None, 0
+        while True:
+            state, mine = self.state, obs.actor == ""
+            if mine:  # reservoir sampling: each of the policy's turns equally likely
+                n += 1
+                if rng.randrange(n) == 0:
+                    turns = (conversation, state)
+            move = (self.game.greedy_player if rng.random() < 0.5 else self.game.random_player)(state, rng)
+            action = self.move_message(move)
+            result = self.step(action)
+            if result.done:
+                break
+            obs = result.observation
+            conversation = list(obs.messages) if result.history_rewritten else [*conversation, action, *obs.messages]
+        if turns is None:  # the game ended before the policy's first turn
+            return None
+        conversation, state = turns
+        return conversation, self.move_message(self.game.perfect_player(state, rng)).content
+
     def move_message(self, move: str, i: int = 0) -> Message:
         """The assistant message that plays ``move``: the tag, or a call of the tool ``move``."""
         if self.moves == "tool":
