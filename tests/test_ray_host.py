@@ -19,7 +19,7 @@ from ludus.core import registry
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
 from ludus.policies.base import SamplingParams
-from ludus.policies.tiny import TinyPolicy
+from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.rollout.engine import RolloutConfig, RolloutEngine, requests
 from ludus.rollout.ray_host import RayHost
 
@@ -163,6 +163,26 @@ def test_episodes_equal_thread_host_episodes_and_run_in_other_processes(host):
     assert [t.score.value for t in done] == [1.0] * 8
     pids = {int(m.content.split()[1]) for t in done for m in t.messages if m.role == "user"}
     assert os.getpid() not in pids and len(pids) == 2  # both actors took sessions, none ran here
+
+
+def test_a_games_other_seat_is_asked_here_when_the_game_runs_on_ray(host):
+    # the actor named in an observation travels back from the Ray worker; the engine asks it here
+    args = {"opponent": "actor:rival", "winnable": False, "view": "state"}
+    tasks = [registry.make("tictactoe", **args).task_source("train").get(i) for i in range(3)]
+    learner, rival = (TinyPolicy(TinyConfig(max_len=256), seed=seed) for seed in (0, 1))
+    config = RolloutConfig(max_batch=1)
+    sampling = SamplingParams(temperature=0.0, max_tokens=12)
+    runs = [
+        RolloutEngine(
+            learner, lambda: registry.make("tictactoe", **args), sampling, config, host=h, actors={"rival": rival}
+        ).run(requests(tasks, 2))
+        for h in (None, host)
+    ]
+    assert [(t.score.to_dict(), [m.to_dict() for m in t.messages]) for t in runs[1]] == [
+        (t.score.to_dict(), [m.to_dict() for m in t.messages]) for t in runs[0]
+    ]
+    assert all(t.score.status != Status.INFRA_ERROR and "match" in t.info["env"] for t in runs[1])
+    assert any("the opponent made" in t.score.reason for t in runs[1])  # the rival moved (and lost)
 
 
 @pytest.mark.parametrize(
