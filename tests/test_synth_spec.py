@@ -4,13 +4,13 @@ skipped with its reason, and documents that are refused with a clear message."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from ludus.envs.synth import EXAMPLES
 from ludus.envs.synth.spec import MAX_ENUM, MAX_REF_DEPTH, SpecError, load_spec
 
-SHOP = Path(__file__).resolve().parent.parent / "src" / "ludus" / "envs" / "synth" / "examples" / "shop.yaml"
+SHOP = EXAMPLES / "shop.yaml"
 
 
 def doc(paths: dict, schemas: dict | None = None, version: str = "3.1.0") -> dict:

@@ -225,8 +225,6 @@ class _Reader:
     def schema(self, node: Any, where: str, stack: tuple[str, ...] = ()) -> dict[str, Any]:
         """A JSON schema with every reference inlined. A schema that contains itself (a tree's
         node) is unrolled ``MAX_REF_DEPTH`` times, then any object, and noted."""
-        if isinstance(node, bool):
-            return {} if node else {"not": {}}
         if not isinstance(node, dict):
             raise _Unresolvable(f"a schema must be a mapping, got {type(node).__name__}")
         if isinstance(node.get("$ref"), str):
@@ -242,7 +240,7 @@ class _Reader:
             if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, dict):
                 out[key] = {k: self.schema(v, where, stack) for k, v in value.items()}
             elif key in ("items", "additionalProperties", "not", "contains", "propertyNames") and isinstance(
-                value, (dict, bool)
+                value, dict
             ):
                 out[key] = self.schema(value, where, stack)
             elif key in ("allOf", "anyOf", "oneOf", "prefixItems") and isinstance(value, list):
