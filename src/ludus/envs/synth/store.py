@@ -58,7 +58,7 @@ class Store:
         op = resource.operations[verb]
         table = self.tables[resource.name]
         for param in op.params:
-            if param.name in arguments and (problem := _invalid(arguments[param.name], param.schema, param.name)):
+            if param.name in arguments and (problem := invalid(arguments[param.name], param.schema, param.name)):
                 return self._error(op, 400, problem)
         key = None
         if resource.id_param and resource.id_param in arguments:
@@ -69,7 +69,7 @@ class Store:
         if op.body is not None:
             if body is None and op.body_required:
                 return self._error(op, 400, "a request body is required")
-            if body is not None and (problem := _invalid(body, op.body)):
+            if body is not None and (problem := invalid(body, op.body)):
                 return self._error(op, 400, problem)
         if verb == "list":
             return self._list(resource, op, arguments)
@@ -80,7 +80,7 @@ class Store:
             return Reply(_success(op, 204), None)
         if verb == "create":
             record = self._new_record(resource, body or {})
-            if (problem := _invalid(record, resource.schema)) is not None:
+            if (problem := invalid(record, resource.schema)) is not None:
                 return self._error(op, 400, problem)
             table[record[resource.id_field]] = record
             return Reply(_success(op, 201), copy.deepcopy(record))
@@ -89,7 +89,7 @@ class Store:
         for prop in _read_only(resource):  # the service's fields stay the service's
             if prop in table[key]:
                 record[prop] = table[key][prop]
-        if (problem := _invalid(record, resource.schema)) is not None:
+        if (problem := invalid(record, resource.schema)) is not None:
             return self._error(op, 400, problem)
         table[key] = record
         return Reply(_success(op, 200), copy.deepcopy(record))
@@ -154,7 +154,7 @@ class Store:
         return Reply(status, {"error": message})
 
 
-def _invalid(value: Any, schema: dict[str, Any], what: str = "the body") -> str | None:
+def invalid(value: Any, schema: dict[str, Any], what: str = "the body") -> str | None:
     """Why ``value`` (``what``: the body, a parameter) does not fit ``schema`` (the first error,
     one line), or ``None``."""
     try:

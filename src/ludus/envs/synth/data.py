@@ -1,0 +1,194 @@
+"""Seeded records for a simulated service, made from the document's schemas.
+
+Values follow each property's schema (type, enum, bounds, length, format) and, for plain
+strings, its name: a ``name`` of a customer is a person's, an ``email`` an address, a ``city``
+a city. A property named after another resource (``customer_id`` beside ``customers``) holds
+one of that resource's ids, so the records refer to each other as a real service's do.
+Properties a task may look a record up by (names, titles, emails) are unique within their
+resource. Every record is checked against its schema; a resource whose records cannot be made
+so is reported, never filled with records its own service would refuse.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from typing import Any
+
+from ludus.envs.synth.resources import Catalog, Resource
+from ludus.envs.synth.store import invalid
+
+FIRST = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena", "Milo", "Nia",
+         "Omar", "Pia", "Quin", "Rosa", "Sami", "Tess", "Uma", "Vito", "Wren", "Yara", "Zed"]  # fmt: skip
+LAST = ["Abbott", "Baker", "Chen", "Diaz", "Evans", "Fischer", "Garcia", "Haddad", "Ito", "Jensen", "Kowalski",
+        "Lopez", "Moreau", "Novak", "Okafor", "Patel", "Quinn", "Rossi", "Sato", "Tanaka"]  # fmt: skip
+CITIES = ["Lisbon", "Oslo", "Kyoto", "Quito", "Accra", "Perth", "Tunis", "Lyon", "Porto", "Cork", "Riga", "Bern"]
+ADJECTIVES = ["amber", "brisk", "coral", "dusty", "early", "fresh", "golden", "hearty", "ivory", "jolly", "keen",
+              "lush", "mellow", "nutty", "olive", "plain", "quiet", "rustic", "smoky", "tart"]  # fmt: skip
+NOUNS = ["loaf", "cheese", "apple", "pepper", "tea", "yogurt", "melon", "biscuit", "onion", "cider", "bun",
+         "plum", "butter", "juice", "tart", "pear", "roll", "honey", "bean", "soup"]  # fmt: skip
+KEYS = ("name", "title", "email", "username", "code", "sku", "slug")  # properties a record is looked up by
+PEOPLE = ("customer", "user", "person", "member", "employee", "owner", "author", "contact", "attendee", "agent")
+TRIES = 50
+
+
+class DataError(ValueError):
+    """A resource whose records cannot be made to fit its own schema."""
+
+
+def foreign_keys(resource: Resource, catalog: Catalog) -> dict[str, Resource]:
+    """``resource``'s properties that name another resource's id: ``customer_id`` or
+    ``customerId`` beside a resource ``customers``."""
+    out = {}
+    for prop in resource.properties:
+        match = re.fullmatch(r"([a-z][a-z0-9]*?)_?[iI][dD]", prop)
+        if match is None or prop == resource.id_field:
+            continue
+        for other in catalog.resources:
+            if other is not resource and other.name.lower() in (match[1] + "s", match[1] + "es", match[1]):
+                out[prop] = other
+    return out
+
+
+def seed_records(catalog: Catalog, rng: random.Random, per_resource: int = 8) -> dict[str, list[dict[str, Any]]]:
+    """``per_resource`` records for every resource, the ones others refer to made first."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    pending = list(catalog.resources)
+    while pending:
+        ready = [r for r in pending if all(o.name in records for o in foreign_keys(r, catalog).values())]
+        resource = (ready or pending)[0]  # a cycle of references: the first one refers to nothing yet
+        pending.remove(resource)
+        records[resource.name] = _records(resource, catalog, records, rng, per_resource)
+    return records
+
+
+def _records(
+    resource: Resource, catalog: Catalog, made: dict[str, list[dict[str, Any]]], rng: random.Random, n: int
+) -> list[dict[str, Any]]:
+    keys = foreign_keys(resource, catalog)
+    people = any(word in resource.name.lower() for word in PEOPLE)
+    seen: dict[str, set[Any]] = {p: set() for p in resource.properties if p in KEYS}
+    out = []
+    for i in range(n):
+        for _ in range(TRIES):
+            record = {resource.id_field: _id(resource, i)}
+            who = (rng.choice(FIRST), rng.choice(LAST), people)  # one person's name and email per record
+            for prop, schema in resource.properties.items():
+                if prop == resource.id_field:
+                    continue
+                if prop in keys:
+                    ids = [r[keys[prop].id_field] for r in made.get(keys[prop].name, [])]
+                    if ids:
+                        record[prop] = rng.choice(ids)
+                        continue
+                if prop in resource.schema.get("required", []) or rng.random() < 0.7:
+                    record[prop] = value(schema, prop, rng, who)
+            clash = any(record.get(p) in seen[p] for p in seen)
+            if not clash and invalid(record, resource.schema) is None:
+                break
+        else:
+            problem = invalid(record, resource.schema) or "values that must be unique kept repeating"
+            raise DataError(f"cannot make {resource.name} records that fit their schema: {problem}")
+        for p in seen:
+            seen[p].add(record.get(p))
+        out.append(record)
+    return out
+
+
+def _id(resource: Resource, i: int) -> Any:
+    kind = resource.properties.get(resource.id_field, {}).get("type", "integer")
+    if "integer" in (kind if isinstance(kind, list) else [kind]):
+        return i + 1
+    return f"{resource.name[:3]}-{i + 1}"
+
+
+Person = tuple[str, str, bool]  # a record's first and last name, and whether the record is a person
+
+
+def value(schema: dict[str, Any], name: str, rng: random.Random, who: Person | None = None) -> Any:
+    """A value of ``schema`` for a property called ``name`` (of a record about ``who``)."""
+    who = who or (rng.choice(FIRST), rng.choice(LAST), False)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return rng.choice(schema["enum"])
+    for key in ("oneOf", "anyOf"):
+        if schema.get(key):
+            return value(schema[key][0], name, rng, who)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None:
+        kind = "object" if "properties" in schema else "string"
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "integer":
+        lo, hi = _bounds(schema, 0, 100)
+        return rng.randint(int(lo), int(max(lo, hi)))
+    if kind == "number":
+        lo, hi = _bounds(schema, 0, 100)
+        return round(rng.uniform(lo, max(lo, hi)), 2)
+    if kind == "array":
+        items = schema.get("items", {})
+        count = rng.randint(schema.get("minItems", 0), min(schema.get("maxItems", 3), schema.get("minItems", 0) + 3))
+        return [value(items, name.rstrip("s"), rng, who) for _ in range(count)]
+    if kind == "object":
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        return {p: value(s, p, rng, who) for p, s in props.items() if p in required or rng.random() < 0.5}
+    if kind == "null":
+        return None
+    return _string(schema, name, rng, who)
+
+
+def _bounds(schema: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:
+    """The range to draw a number from: the schema's bounds (OpenAPI 3.1's numeric exclusive ones
+    moved in by one), else ``lo`` to ``lo + hi``."""
+    low, high = schema.get("minimum", lo), schema.get("maximum")
+    if _number(schema.get("exclusiveMinimum")):
+        low = schema["exclusiveMinimum"] + 1
+    if _number(schema.get("exclusiveMaximum")):
+        high = schema["exclusiveMaximum"] - 1
+    return float(low), float(low + hi if high is None else high)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _string(schema: dict[str, Any], name: str, rng: random.Random, who: Person) -> str:
+    first, last, person = who
+    word = name.lower()
+    fmt = schema.get("format")
+    if fmt == "email" or "email" in word:
+        text = f"{first.lower()}.{last.lower()}{rng.randint(1, 99)}@example.com"
+    elif fmt == "date":
+        text = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    elif fmt == "date-time":
+        text = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(8, 18):02d}:00:00Z"
+    elif fmt == "time":
+        text = f"{rng.randint(8, 18):02d}:{rng.choice(['00', '15', '30', '45'])}:00"
+    elif fmt == "uuid":
+        text = "-".join("".join(rng.choice("0123456789abcdef") for _ in range(n)) for n in (8, 4, 4, 4, 12))
+    elif fmt in ("uri", "url") or word in ("url", "website", "link"):
+        text = f"https://example.com/{rng.choice(NOUNS)}/{rng.randint(1, 999)}"
+    elif "city" in word or "town" in word:
+        text = rng.choice(CITIES)
+    elif person and word in ("name", "full_name", "fullname", "display_name"):
+        text = f"{first} {last}"
+    elif word in ("first_name", "firstname", "given_name"):
+        text = first
+    elif word in ("last_name", "lastname", "surname", "family_name"):
+        text = last
+    elif word in ("phone", "phone_number", "telephone"):
+        text = f"+1 555 {rng.randint(100, 999)} {rng.randint(1000, 9999)}"
+    elif word in ("description", "notes", "note", "body", "summary", "comment", "details"):
+        text = f"{rng.choice(ADJECTIVES).capitalize()} {rng.choice(NOUNS)}, {rng.choice(ADJECTIVES)} and {rng.choice(ADJECTIVES)}."
+    elif word in ("code", "sku"):
+        text = "".join(rng.choice(string.ascii_uppercase) for _ in range(3)) + f"-{rng.randint(100, 999)}"
+    else:
+        text = f"{rng.choice(ADJECTIVES).capitalize()} {rng.choice(NOUNS)}"
+    lo, hi = schema.get("minLength", 0), schema.get("maxLength", 200)
+    text = text[:hi]
+    return text + "x" * max(0, lo - len(text))
