@@ -439,7 +439,8 @@ class ToolEnv(SingleTurnEnv):
         choice when tools read state that differs between episodes of one task."""
         return None
 
-    def tool_functions(self) -> Sequence[Callable[..., Any]]:
+    def tool_functions(self) -> Sequence[Callable[..., Any] | Tool]:
+        """The episode's tools: functions (their schemas from type hints) or :class:`Tool` s."""
         return []
 
     def tools(self) -> list[ToolSpec]:
@@ -447,7 +448,8 @@ class ToolEnv(SingleTurnEnv):
 
     def _tool_map(self) -> dict[str, Tool]:
         if self._tools is None:
-            self._tools = {t.name: t for t in map(Tool, self.tool_functions())}
+            made = (f if isinstance(f, Tool) else Tool(f) for f in self.tool_functions())
+            self._tools = {t.name: t for t in made}
         return self._tools
 
     def transition(self, action: Message) -> StepResult:

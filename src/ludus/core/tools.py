@@ -188,12 +188,15 @@ def tool(fn: Any = None, *, name: str | None = None, cacheable: bool = False, ho
 
 
 class Tool:
-    """A Python function paired with its schema; calling it with model arguments never raises."""
+    """A Python function paired with its schema; calling it with model arguments never raises.
+    The schema comes from the function's type hints and docstring, or is given whole (``spec``:
+    a tool described by a document, such as an OpenAPI operation, whose function takes the
+    arguments as keywords)."""
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None):
+    def __init__(self, fn: Callable[..., Any], name: str | None = None, spec: ToolSpec | None = None):
         marks = getattr(fn, "__ludus_tool__", {})
         self.fn = fn
-        self.spec = tool_spec(fn, name or marks.get("name"))
+        self.spec = spec or tool_spec(fn, name or marks.get("name"))
         self.cacheable: bool = marks.get("cacheable", False)
         self.honeypot: bool = marks.get("honeypot", False)
 

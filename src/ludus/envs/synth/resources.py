@@ -50,6 +50,7 @@ class Resource:
 
 @dataclass
 class Catalog:
+    title: str
     resources: list[Resource]
     skipped: list[Skipped]
     notes: list[Skipped]
@@ -98,7 +99,7 @@ def catalog(spec: Spec) -> Catalog:
             skipped += [Skipped(op.label, problem) for op in resource.operations.values()]
         else:
             kept.append(resource)
-    return Catalog(kept, skipped, notes)
+    return Catalog(spec.title, kept, skipped, notes)
 
 
 def merged(schema: dict[str, Any]) -> dict[str, Any]:

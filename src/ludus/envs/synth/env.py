@@ -1,0 +1,161 @@
+"""``SynthEnv``: a tool environment over a simulated service described by an OpenAPI document.
+
+Each operation the simulation honours is a tool (its path and query parameters, and ``body``);
+each episode starts the service on the task's own records; the final reply ends it and the
+service's state (and a report's answer) is graded against the task's goal (tasks.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ludus.core.env import Split, ToolEnv
+from ludus.core.tools import Tool
+from ludus.core.types import Message, Observation, Score, Task, ToolCall, ToolSpec
+from ludus.envs.synth.resources import Catalog, catalog
+from ludus.envs.synth.spec import Operation, load_spec
+from ludus.envs.synth.store import Store
+from ludus.envs.synth.tasks import Goal, expected_state, grade, make_goal, records_for
+from ludus.tasks.procedural import check_split, in_eval_bucket
+
+BODY = "body"
+
+
+@functools.lru_cache(maxsize=16)
+def _catalog(path: str) -> Catalog:
+    return catalog(load_spec(Path(path)))
+
+
+def operation_tool(op: Operation) -> ToolSpec:
+    """The tool of one operation: its path and query parameters, and its JSON body as ``body``."""
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for p in op.params:
+        schema = dict(p.schema)
+        if p.description and "description" not in schema:
+            schema["description"] = p.description
+        props[p.name] = schema
+        if p.required:
+            required.append(p.name)
+    if op.body is not None:
+        props[BODY] = op.body
+        if op.body_required:
+            required.append(BODY)
+    parameters = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+    return ToolSpec(op.name, f"{op.label}: {op.description}"[:1024], parameters)
+
+
+class SynthTasks:
+    """An endless, seeded task source: task ``i`` draws its records and one goal from
+    ``Random(f"{api}:{seed}:{split}:{i}")``; train and eval are disjoint by the goal's text."""
+
+    size: int | None = None
+    MAX_TRIES = 200
+
+    def __init__(self, env: SynthEnv, seed: int, split: Split, eval_fraction: float):
+        check_split(split, eval_fraction)
+        self.env, self.seed, self.split, self.eval_fraction = env, seed, split, eval_fraction
+
+    def get(self, index: int) -> Task:
+        env = self.env
+        for attempt in range(self.MAX_TRIES):
+            data_seed = f"{env.name}:{self.seed}:{self.split}:{index}:{attempt}"
+            records = records_for(env.catalog, data_seed)
+            goal = make_goal(env.catalog, records, random.Random(data_seed))
+            if goal is None or in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction) != (self.split == "eval"):
+                continue
+            return Task(
+                id=f"{env.name}/{self.split}/{self.seed}/{index}",
+                prompt=env.instructions(goal),
+                info={"data_seed": data_seed, "goal": goal.to_info()},
+                source=env.name,
+            )
+        raise RuntimeError(f"{env.name} found no {self.split} task in {self.MAX_TRIES} tries")
+
+
+class SynthEnv(ToolEnv):
+    """The policy works a simulated service through its operations. A generated package
+    subclasses it with ``spec_path`` (its document) and ``name``."""
+
+    spec_path: ClassVar[Path]
+    max_turns = 12
+    max_tool_calls = 20
+    reward_range = (0.0, 1.0)
+
+    def __init__(self, tasks: Any = None, *, seed: int = 0, eval_fraction: float = 0.2):
+        super().__init__(tasks)
+        self.catalog = _catalog(str(self.spec_path))
+        self.seed, self.eval_fraction = seed, eval_fraction
+        self.store: Store | None = None
+
+    def default_tasks(self, split: Split = "train") -> SynthTasks:
+        return SynthTasks(self, self.seed, split, self.eval_fraction)
+
+    def instructions(self, goal: Goal) -> str:
+        return (
+            f"You work the {self.catalog.title} API through its tools: each is one of its operations. {goal.text} "
+            "When you are done, reply without a tool call."
+        )
+
+    def _goal(self, task: Task) -> Goal:
+        g = task.info["goal"]
+        return Goal(g["kind"], "", tuple((op, args) for op, args in g["calls"]), g["answer"])
+
+    def begin(self, task: Task) -> Observation:
+        records = records_for(self.catalog, task.info["data_seed"])
+        self.store = Store(self.catalog, records)
+        self.initial = self.store.snapshot()
+        self.expected = expected_state(self.catalog, records, self._goal(task))
+        return Observation([Message("user", task.prompt)], self.tools())
+
+    def tool_functions(self) -> list[Tool]:
+        return [
+            Tool(functools.partial(self._operate, op.name), spec=operation_tool(op))
+            for resource in self.catalog.resources
+            for op in resource.operations.values()
+        ]
+
+    def _operate(self, name: str, **arguments: Any) -> str:
+        assert self.store is not None, "tools are called only inside an episode"
+        return self.store.call(name, arguments).text()
+
+    def score(self, task: Task, completion: str) -> Score:
+        assert self.store is not None
+        return grade(self.catalog, self.initial, self.store.snapshot(), self.expected, self._goal(task), completion)
+
+    def reference_actions(self, task: Task) -> list[Message] | None:
+        goal = self._goal(task)
+        calls = [ToolCall(op, args, id=f"call_{i}") for i, (op, args) in enumerate(goal.calls)]
+        final = "Done." if goal.answer is None else f"<answer>{goal.answer}</answer>"
+        return (
+            [Message("assistant", "", calls), Message("assistant", final)] if calls else [Message("assistant", final)]
+        )
+
+    def cheats(self, task: Task) -> dict[str, list[Message]]:
+        """Replies that must earn nothing: claiming success without calls, deleting everything
+        the lists show, and for a report a guess without looking."""
+        wipe = []
+        for resource in self.catalog.resources:
+            if "delete" in resource.operations:
+                for key in self.initial_ids(task, resource.name):
+                    wipe.append(
+                        ToolCall(resource.operations["delete"].name, {resource.id_param: key}, id=f"w{len(wipe)}")
+                    )
+        out = {"claims-done": [Message("assistant", "Done: the task is complete.")]}
+        if wipe:
+            out["delete-everything"] = [
+                Message("assistant", "", wipe[: self.max_tool_calls]),
+                Message("assistant", "Done."),
+            ]
+        goal = self._goal(task)
+        if goal.kind == "count":
+            out["guess-count"] = [Message("assistant", f"<answer>{int(goal.answer) + 1}</answer>")]
+        return out
+
+    def initial_ids(self, task: Task, name: str) -> list[Any]:
+        """The ids of resource ``name``'s records when ``task`` starts."""
+        id_field = self.catalog.resource(name).id_field
+        return [r[id_field] for r in records_for(self.catalog, task.info["data_seed"]).get(name, [])]

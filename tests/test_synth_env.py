@@ -1,0 +1,95 @@
+"""`SynthEnv` on the shop example (issue 36, in progress): the contract and the red team pass,
+the oracle solves every kind of task, and a state that differs from the goal in any way —
+one record too many changed, the right change on the wrong record, a report's wrong answer — is
+wrong."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from ludus.certify.contract import check_env
+from ludus.certify.redteam import redteam_env
+from ludus.core.types import Message, Status, ToolCall
+from ludus.envs.synth import EXAMPLES
+from ludus.envs.synth.env import SynthEnv
+
+
+class Shop(SynthEnv):
+    name = "synth-shop-test"
+    description = "the Corner Shop example API"
+    spec_path = EXAMPLES / "shop.yaml"
+
+
+def play(env: SynthEnv, task, messages: list[Message]):
+    env.reset(task, seed=0)
+    result = None
+    for message in messages:
+        result = env.step(message)
+        if result.done:
+            break
+    return result.score
+
+
+def tasks_of(kind: str, n: int = 3):
+    source = Shop().task_source("train")
+    found = [t for t in (source.get(i) for i in range(80)) if t.info["goal"]["kind"] == kind]
+    assert len(found) >= n
+    return found[:n]
+
+
+def test_the_shop_passes_the_contract_and_the_red_team():
+    assert all(r.ok for r in check_env(Shop, name="synth-shop").results)
+    report = redteam_env(Shop, name="synth-shop", tasks=8)
+    assert all(r.ok for r in report.results), [r for r in report.results if not r.ok]
+
+
+def test_tasks_cover_every_kind_and_the_splits_do_not_share_a_goal():
+    env = Shop()
+    train = [env.task_source("train").get(i) for i in range(60)]
+    held = [env.task_source("eval").get(i) for i in range(30)]
+    assert set(Counter(t.info["goal"]["kind"] for t in train)) == {"create", "update", "delete", "count", "lookup"}
+    assert not {t.prompt for t in train} & {t.prompt for t in held}
+    assert env.task_source("train").get(7) == Shop().task_source("train").get(7)  # seeded
+
+
+@pytest.mark.parametrize("kind", ["create", "update", "delete", "count", "lookup"])
+def test_the_oracle_solves_each_kind(kind):
+    env = Shop()
+    for task in tasks_of(kind):
+        score = play(env, task, env.reference_actions(task))
+        assert (score.status, score.value) == (Status.CORRECT, 1.0), score.reason
+
+
+def test_a_change_beyond_the_goal_is_wrong_however_right_the_goal_part_is():
+    env = Shop()
+    task = tasks_of("update", 1)[0]
+    oracle = env.reference_actions(task)
+    env.reset(task, seed=0)
+    other = next(k for k in env.initial["orders"])
+    quantity = env.initial["orders"][other]["quantity"] % 100 + 1  # a different valid quantity
+    extra = ToolCall("updateOrder", {"orderId": other, "body": {"quantity": quantity}}, id="x")
+    calls = [*oracle[0].tool_calls, extra]
+    score = play(env, task, [Message("assistant", "", calls), Message("assistant", "Done.")])
+    assert score.status == Status.WRONG and "orders record" in score.reason
+
+
+def test_the_right_change_on_the_wrong_record_and_a_wrong_count_are_wrong():
+    env = Shop()
+    task = tasks_of("delete", 1)[0]
+    env.reset(task, seed=0)
+    op, args = task.info["goal"]["calls"][-1]
+    resource = next(
+        r for r in env.catalog.resources if r.operations.get("delete") and r.operations["delete"].name == op
+    )
+    wrong = next(k for k in env.initial[resource.name] if k != args[resource.id_param])
+    call = ToolCall(op, {resource.id_param: wrong}, id="d")
+    score = play(env, task, [Message("assistant", "", [call]), Message("assistant", "Done.")])
+    assert score.status == Status.WRONG and "removed" in score.reason
+    count = tasks_of("count", 1)[0]
+    n = count.info["goal"]["answer"]
+    assert play(env, count, [Message("assistant", f"<answer>{n + 1}</answer>")]).status == Status.WRONG
+    assert (
+        play(env, count, [Message("assistant", f"<answer>{n}</answer>")]).status == Status.CORRECT
+    )  # no call needed to be right
