@@ -1,5 +1,5 @@
 """The ``ludus`` command: ``train``, ``eval``, ``warmstart``, ``train-rm``, ``verify``, ``serve-model``, ``serve-env``,
-``proxy``, ``envs``, ``check``, ``doctor``.
+``proxy``, ``envs``, ``check``, ``doctor``, ``synth``.
 
 Every error a user can cause (a bad config value, an unknown environment, a malformed task
 file) ends in one plain sentence on stderr and exit code 2, never a traceback.
@@ -33,6 +33,7 @@ COMMANDS = (
     "export",
     "envs",
     "check",
+    "synth",
 )  # modules, in --help order
 
 

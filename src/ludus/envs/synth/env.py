@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from ludus.core.env import Split, ToolEnv
 from ludus.core.tools import Tool
 from ludus.core.types import Message, Observation, Score, Task, ToolCall, ToolSpec
-from ludus.envs.synth.resources import Catalog, catalog
+from ludus.envs.synth.resources import Catalog, Resource, catalog
 from ludus.envs.synth.spec import Operation, load_spec
 from ludus.envs.synth.store import Store
 from ludus.envs.synth.tasks import Goal, expected_state, grade, make_goal, records_for
@@ -29,11 +29,14 @@ def _catalog(path: str) -> Catalog:
     return catalog(load_spec(Path(path)))
 
 
-def operation_tool(op: Operation) -> ToolSpec:
-    """The tool of one operation: its path and query parameters, and its JSON body as ``body``."""
+def operation_tool(op: Operation, resource: Resource) -> ToolSpec:
+    """The tool of one operation: the path and query parameters the simulation reads, and its
+    JSON body as ``body``."""
     props: dict[str, Any] = {}
     required: list[str] = []
     for p in op.params:
+        if p.name not in resource.honoured(op):
+            continue
         schema = dict(p.schema)
         if p.description and "description" not in schema:
             schema["description"] = p.description
@@ -113,7 +116,7 @@ class SynthEnv(ToolEnv):
 
     def tool_functions(self) -> list[Tool]:
         return [
-            Tool(functools.partial(self._operate, op.name), spec=operation_tool(op))
+            Tool(functools.partial(self._operate, op.name), spec=operation_tool(op, resource))
             for resource in self.catalog.resources
             for op in resource.operations.values()
         ]

@@ -39,6 +39,13 @@ class Resource:
     envelope: str | None = None  # the list response's property holding the records (None: a bare array)
     total: str | None = None  # the list response's property counting every match
 
+    def honoured(self, op: Operation) -> list[str]:
+        """The parameters of ``op`` the simulation reads: all of them, but for list only its
+        filters and paging."""
+        if op is not self.operations.get("list"):
+            return [p.name for p in op.params]
+        return [p.name for p in op.params if p.name in self.filters or p.name in (self.paging or ())]
+
     @property
     def properties(self) -> dict[str, dict[str, Any]]:
         return self.schema.get("properties", {})
@@ -147,7 +154,7 @@ def _complete(resource: Resource, notes: list[Skipped]) -> str | None:
                 return f"{listing.label} requires the query parameter {param.name!r}, which matches no property"
             else:
                 notes.append(Skipped(listing.label, f"the query parameter {param.name!r} matches no property of a "
-                                                    "record: the simulation ignores it"))  # fmt: skip
+                                                    "record: left out of the tool"))  # fmt: skip
         resource.envelope, resource.total = _envelope(listing, resource)
     return None
 
