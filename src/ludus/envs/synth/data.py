@@ -11,6 +11,8 @@ so is reported, never filled with records its own service would refuse.
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import re
 import string
@@ -31,6 +33,7 @@ NOUNS = ["loaf", "cheese", "apple", "pepper", "tea", "yogurt", "melon", "biscuit
 KEYS = ("name", "title", "email", "username", "code", "sku", "slug")  # properties a record is looked up by
 PEOPLE = ("customer", "user", "person", "member", "employee", "owner", "author", "contact", "attendee", "agent")
 TRIES = 50
+MAX_LENGTH = 1_000  # a schema's minLength or minItems past this is refused: no record needs it (a document's 10**9)
 
 
 class DataError(ValueError):
@@ -68,7 +71,7 @@ def _records(
 ) -> list[dict[str, Any]]:
     keys = foreign_keys(resource, catalog)
     people = any(word in resource.name.lower() for word in PEOPLE)
-    seen: dict[str, set[Any]] = {p: set() for p in resource.properties if p in KEYS}
+    seen: dict[str, set[str]] = {p: set() for p in resource.properties if p in KEYS}  # values as JSON (lists too)
     out = []
     for i in range(n):
         for _ in range(TRIES):
@@ -83,17 +86,25 @@ def _records(
                         record[prop] = rng.choice(ids)
                         continue
                 if prop in resource.schema.get("required", []) or rng.random() < 0.7:
-                    record[prop] = value(schema, prop, rng, who)
-            clash = any(record.get(p) in seen[p] for p in seen)
+                    try:
+                        record[prop] = value(schema, prop, rng, who)
+                    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as exc:
+                        raise DataError(f"cannot make {resource.name} records: the schema of {prop!r} cannot be "
+                                        f"read ({type(exc).__name__}: {str(exc)[:200]})") from None  # fmt: skip
+            clash = any(_as_key(record.get(p)) in seen[p] for p in seen)
             if not clash and invalid(record, resource.schema) is None:
                 break
         else:
             problem = invalid(record, resource.schema) or "values that must be unique kept repeating"
             raise DataError(f"cannot make {resource.name} records that fit their schema: {problem}")
         for p in seen:
-            seen[p].add(record.get(p))
+            seen[p].add(_as_key(record.get(p)))
         out.append(record)
     return out
+
+
+def _as_key(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
 
 
 def _id(resource: Resource, i: int) -> Any:
@@ -123,15 +134,20 @@ def value(schema: dict[str, Any], name: str, rng: random.Random, who: Person | N
         kind = "object" if "properties" in schema else "string"
     if kind == "boolean":
         return rng.random() < 0.5
-    if kind == "integer":
+    if kind in ("integer", "number"):
         lo, hi = _bounds(schema, 0, 100)
-        return rng.randint(int(lo), int(max(lo, hi)))
-    if kind == "number":
-        lo, hi = _bounds(schema, 0, 100)
+        step = schema.get("multipleOf")
+        if _number(step) and step > 0:  # a multiple of it within the bounds (else the record is refused)
+            first, last = math.ceil(lo / step), math.floor(max(lo, hi) / step)
+            n = rng.randint(first, max(first, last)) * step
+            return int(n) if kind == "integer" else round(n, 10)
+        if kind == "integer":
+            return rng.randint(int(lo), int(max(lo, hi)))
         return round(rng.uniform(lo, max(lo, hi)), 2)
     if kind == "array":
         items = schema.get("items", {})
-        count = rng.randint(schema.get("minItems", 0), min(schema.get("maxItems", 3), schema.get("minItems", 0) + 3))
+        least = _length(schema, "minItems")
+        count = rng.randint(least, min(schema.get("maxItems", 3), least + 3))
         return [value(items, name.rstrip("s"), rng, who) for _ in range(count)]
     if kind == "object":
         props = schema.get("properties", {})
@@ -150,7 +166,17 @@ def _bounds(schema: dict[str, Any], lo: float, hi: float) -> tuple[float, float]
         low = schema["exclusiveMinimum"] + 1
     if _number(schema.get("exclusiveMaximum")):
         high = schema["exclusiveMaximum"] - 1
-    return float(low), float(low + hi if high is None else high)
+    out = float(low), float(low + hi if high is None else high)
+    if not all(math.isfinite(x) for x in out):
+        raise ValueError(f"the bounds {out} are no finite numbers")
+    return out
+
+
+def _length(schema: dict[str, Any], key: str) -> int:
+    least = schema.get(key, 0)
+    if not isinstance(least, int) or least > MAX_LENGTH:
+        raise ValueError(f"{key} {least!r}: records of that size are not made")
+    return least
 
 
 def _number(x: Any) -> bool:
@@ -189,6 +215,6 @@ def _string(schema: dict[str, Any], name: str, rng: random.Random, who: Person) 
         text = "".join(rng.choice(string.ascii_uppercase) for _ in range(3)) + f"-{rng.randint(100, 999)}"
     else:
         text = f"{rng.choice(ADJECTIVES).capitalize()} {rng.choice(NOUNS)}"
-    lo, hi = schema.get("minLength", 0), schema.get("maxLength", 200)
+    lo, hi = _length(schema, "minLength"), schema.get("maxLength", 200)
     text = text[:hi]
     return text + "x" * max(0, lo - len(text))

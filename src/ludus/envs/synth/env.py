@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 from ludus.core.env import Split, ToolEnv
 from ludus.core.tools import Tool
 from ludus.core.types import Message, Observation, Score, Task, ToolCall, ToolSpec
+from ludus.envs.synth.data import DataError
 from ludus.envs.synth.resources import Catalog, Resource, catalog
-from ludus.envs.synth.spec import Operation, load_spec
+from ludus.envs.synth.spec import MAX_ENUM, Operation, load_spec
 from ludus.envs.synth.store import Store
-from ludus.envs.synth.tasks import Goal, expected_state, grade, make_goal, records_for
+from ludus.envs.synth.tasks import Goal, GoalError, answer_text, expected_state, grade, make_goal, records_for
 from ludus.tasks.procedural import check_split, in_eval_bucket
 
 BODY = "body"
@@ -37,18 +38,28 @@ def operation_tool(op: Operation, resource: Resource) -> ToolSpec:
     for p in op.params:
         if p.name not in resource.honoured(op):
             continue
-        schema = dict(p.schema)
+        schema = shown(p.schema)
         if p.description and "description" not in schema:
             schema["description"] = p.description
         props[p.name] = schema
         if p.required:
             required.append(p.name)
     if op.body is not None:
-        props[BODY] = op.body
+        props[BODY] = shown(op.body)
         if op.body_required:
             required.append(BODY)
     parameters = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
     return ToolSpec(op.name, f"{op.label}: {op.description}"[:1024], parameters)
+
+
+def shown(schema: Any) -> Any:
+    """``schema`` as the tool shows it: an enum of more than ``MAX_ENUM`` values left out (the
+    service still checks it; SYNTH.md notes it), so one long list does not fill the prompt."""
+    if isinstance(schema, list):
+        return [shown(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: shown(v) for k, v in schema.items() if not (k == "enum" and isinstance(v, list) and len(v) > MAX_ENUM)}
 
 
 class SynthTasks:
@@ -66,9 +77,14 @@ class SynthTasks:
         env = self.env
         for attempt in range(self.MAX_TRIES):
             data_seed = f"{env.name}:{self.seed}:{self.split}:{index}:{attempt}"
-            records = records_for(env.catalog, data_seed)
-            goal = make_goal(env.catalog, records, random.Random(data_seed))
-            if goal is None or in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction) != (self.split == "eval"):
+            try:
+                records = records_for(env.catalog, data_seed)  # DataError: a draw the schemas refuse (multipleOf)
+                goal = make_goal(env.catalog, records, random.Random(data_seed))
+                held_out = goal is not None and in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction)
+                if goal is None or held_out != (self.split == "eval"):
+                    continue
+                expected_state(env.catalog, records, goal)  # GoalError: the service refuses it, or it changes nothing
+            except (DataError, GoalError):
                 continue
             return Task(
                 id=f"{env.name}/{self.split}/{self.seed}/{index}",
@@ -121,9 +137,10 @@ class SynthEnv(ToolEnv):
             for op in resource.operations.values()
         ]
 
-    def _operate(self, name: str, **arguments: Any) -> str:
+    def _operate(self, operation: str, /, **arguments: Any) -> str:
+        """Positional-only, so that a parameter may be called ``name`` or ``self`` (a filter by name)."""
         assert self.store is not None, "tools are called only inside an episode"
-        return self.store.call(name, arguments).text()
+        return self.store.call(operation, arguments).text()
 
     def score(self, task: Task, completion: str) -> Score:
         assert self.store is not None
@@ -132,7 +149,7 @@ class SynthEnv(ToolEnv):
     def reference_actions(self, task: Task) -> list[Message] | None:
         goal = self._goal(task)
         calls = [ToolCall(op, args, id=f"call_{i}") for i, (op, args) in enumerate(goal.calls)]
-        final = "Done." if goal.answer is None else f"<answer>{goal.answer}</answer>"
+        final = "Done." if goal.kind not in ("count", "lookup") else f"<answer>{answer_text(goal.answer)}</answer>"
         return (
             [Message("assistant", "", calls), Message("assistant", final)] if calls else [Message("assistant", final)]
         )

@@ -14,15 +14,20 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ludus.envs.synth.data import seed_records
+from ludus.envs.synth.data import DataError, seed_records
 from ludus.envs.synth.resources import Catalog, catalog
-from ludus.envs.synth.spec import SpecError, load_spec
-from ludus.envs.synth.tasks import KINDS, make_goal
+from ludus.envs.synth.spec import Spec, SpecError, load_spec
+from ludus.envs.synth.tasks import KINDS, Goal, GoalError, expected_state, make_goal
 
 NAME = re.compile(r"[a-z][a-z0-9-]{0,40}")
+WRITTEN = ("pyproject.toml", "SYNTH.md")  # besides the package folder; --force replaces only a folder of these
+BUILT = re.compile(r"ludus_synth_[a-z0-9_]+|[A-Za-z0-9_.-]+\.egg-info|build|dist|__pycache__")  # and what pip adds
+MALFORMED = (TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError, re.error)
 
 
 @dataclass
@@ -52,46 +57,69 @@ class Made:
         lines += [f"- {s.where}: {s.why}" for s in c.skipped] or ["Nothing: every operation is simulated."]
         lines += ["", "## Changed", ""]
         lines += [f"- {s.where}: {s.why}" for s in c.notes] or ["Nothing."]
-        return "\n".join(lines) + "\n"
+        return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def printable(text: str) -> str:
+    """``text`` (from the document) safe to print to a terminal and to keep on one line: control
+    and format characters (an escape sequence that retitles the terminal or clears it, a line
+    break) are written as ``\\uXXXX``."""
+    return "".join(
+        f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") else c for c in text
+    )
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for c in text:
+        if c in ('"', "\\"):
+            out.append("\\" + c)
+        elif unicodedata.category(c) in ("Cc", "Cs") or c == "\x7f":
+            out.append(f"\\u{ord(c):04x}" if unicodedata.category(c) != "Cs" else "\\ufffd")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
 
 
 def synthesize(spec_path: Path, out: Path, name: str | None = None, force: bool = False) -> Made:
     """Check ``spec_path`` and write its environment's package to ``out``."""
-    spec = load_spec(spec_path)
-    found = catalog(spec)
-    if not found.resources:
-        reasons = "; ".join(f"{s.where}: {s.why}" for s in found.skipped[:8]) or "it declares no operations"
-        raise SpecError(f"{spec_path}: no resource can be simulated ({reasons})")
-    records = seed_records(found, random.Random(0))  # DataError if records cannot fit their schemas
-    rng = random.Random(0)
-    kinds = sorted(
-        {g.kind for g in (make_goal(found, records, rng) for _ in range(400)) if g is not None}, key=KINDS.index
-    )
-    if not kinds:
-        raise SpecError(f"{spec_path}: its resources allow no task (no list, create, update or delete to work with)")
+    try:
+        spec, found, kinds = _check(spec_path)
+    except (SpecError, DataError) as exc:  # their messages quote the document: printed to a terminal
+        raise type(exc)(printable(str(exc))) from None
+    except MALFORMED as exc:  # a schema of the wrong shape (an enum that is a mapping, a bound of infinity)
+        raise SpecError(printable(f"{spec_path}: a schema the simulation cannot read ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})")) from None  # fmt: skip
     env_name = name or _slug(spec.title)
     if not NAME.fullmatch(env_name):
         raise ValueError(f"--name must be lowercase letters, digits and '-', starting with a letter; got {env_name!r}")
     module = "ludus_synth_" + env_name.replace("-", "_")
+    document = spec_path.read_bytes()  # before --force removes anything: the document may be the old package's
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file, not a folder: choose another place for the package")
     if out.exists() and any(out.iterdir()):
         if not force:
             raise FileExistsError(f"{out} is not empty: choose another folder or pass --force to replace it")
-        if not (out / "pyproject.toml").is_file() or not (out / "SYNTH.md").is_file():
+        if not _written_by_synth(out):
             raise FileExistsError(f"{out} holds something other than a package ludus synth wrote: not replacing it")
         shutil.rmtree(out)
     package = out / module
     package.mkdir(parents=True)
     suffix = ".json" if spec_path.suffix.lower() == ".json" else ".yaml"
-    shutil.copyfile(spec_path, package / f"api{suffix}")
-    description = f"the {spec.title} API (simulated): {', '.join(r.name for r in found.resources)}"
+    (package / f"api{suffix}").write_bytes(document)
+    title = printable(spec.title)[:200]
+    description = printable(f"the {spec.title[:200]} API (simulated): {', '.join(r.name for r in found.resources)}")
+    docstring = f"{title}: a tool environment made by `ludus synth` from api{suffix}."
     (package / "__init__.py").write_text(
-        f'"""{spec.title}: a tool environment made by `ludus synth` from api{suffix}."""\n\n'
+        f"{docstring!r}\n\n"  # a string literal, whatever the title holds: never code
         "from pathlib import Path\n\n"
         "from ludus.envs.synth.env import SynthEnv\n\n\n"
         "class Env(SynthEnv):\n"
         f"    name = {env_name!r}\n"
         f"    description = {description!r}\n"
-        f'    spec_path = Path(__file__).parent / "api{suffix}"\n'
+        f'    spec_path = Path(__file__).parent / "api{suffix}"\n',
+        encoding="utf-8",
     )
     (out / "pyproject.toml").write_text(
         "[build-system]\n"
@@ -100,20 +128,60 @@ def synthesize(spec_path: Path, out: Path, name: str | None = None, force: bool 
         "[project]\n"
         f'name = "{module.replace("_", "-")}"\n'
         'version = "0.1.0"\n'
-        f'description = "{description}"\n'
+        f"description = {toml_string(description)}\n"
         'dependencies = ["jsonschema>=4.18"]  # and ludus itself\n\n'
         '[project.entry-points."ludus.envs"]\n'
         f'{env_name} = "{module}:Env"\n\n'
         "[tool.setuptools]\n"
         f'packages = ["{module}"]\n\n'
         "[tool.setuptools.package-data]\n"
-        f'{module} = ["api{suffix}"]\n'
+        f'{module} = ["api{suffix}"]\n',
+        encoding="utf-8",
     )
     made = Made(out, env_name, module, found, kinds)
-    (out / "SYNTH.md").write_text(made.report())
+    (out / "SYNTH.md").write_text(made.report(), encoding="utf-8")
     return made
 
 
+def _check(spec_path: Path) -> tuple[Spec, Catalog, list[str]]:
+    """The document read, its resources, and the kinds of task they allow; SpecError or DataError
+    for a document no environment can be made from."""
+    spec = load_spec(spec_path)
+    found = catalog(spec)
+    if not found.resources:
+        reasons = "; ".join(f"{s.where}: {s.why}" for s in found.skipped[:8]) or "it declares no operations"
+        raise SpecError(f"{spec_path}: no resource can be simulated ({reasons})")
+    records = seed_records(found, random.Random(0))  # DataError if records cannot fit their schemas
+    rng = random.Random(0)
+    goals = [g for g in (make_goal(found, records, rng) for _ in range(400)) if g is not None]
+    kinds = sorted({g.kind for g in goals if _workable(found, records, g)}, key=KINDS.index)
+    if not kinds:
+        raise SpecError(f"{spec_path}: its resources allow no task (no list, create, update or delete to work with)")
+    return spec, found, kinds
+
+
+def _workable(found: Catalog, records: dict[str, Any], goal: Goal) -> bool:
+    """Whether the service takes ``goal``'s oracle calls and they change what the kind says."""
+    try:
+        expected_state(found, records, goal)
+    except GoalError:
+        return False
+    return True
+
+
+def _written_by_synth(out: Path) -> bool:
+    """Whether ``out`` holds only what ``ludus synth`` writes there (and what installing it adds),
+    its pyproject naming a ``ludus_synth_`` package: nothing else may be removed by --force."""
+    entries = list(out.iterdir())
+    if not all(e.name in WRITTEN or BUILT.fullmatch(e.name) for e in entries):
+        return False
+    if not all((out / name).is_file() and not (out / name).is_symlink() for name in WRITTEN):
+        return False
+    pyproject = (out / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    return '[project.entry-points."ludus.envs"]' in pyproject and 'packages = ["ludus_synth_' in pyproject
+
+
 def _slug(title: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].strip("-")
-    return slug if slug and slug[0].isalpha() else f"api-{slug}".strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    slug = slug if slug and slug[0].isalpha() else f"api-{slug}"
+    return slug[:41].strip("-")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import re._constants as _sre
+import re._parser as _sre_parser
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,13 @@ METHODS = ("get", "put", "post", "delete", "patch")  # head, options and trace c
 MAX_REF_DEPTH = 4  # a recursive schema is unrolled this deep, then any object
 MAX_ENUM = 100  # a longer enum stays in the validation, not in the tool's description
 MAX_DOCUMENT_BYTES = 20_000_000
+MAX_NESTING = 100  # mappings and lists within each other in the document; deeper is refused, never a RecursionError
+MAX_SCHEMA_DEPTH = 64  # schemas within each other once references are inlined
+MAX_OPERATION_NODES = 20_000  # schema nodes one operation's inlined schemas may hold (references can multiply)
+MAX_DOCUMENT_NODES = 5_000_000  # and the whole document's (a few seconds of work)
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+SCHEMA_VALUES = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else",
+                 "unevaluatedProperties", "unevaluatedItems", "additionalItems", "contentSchema")  # fmt: skip
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI-compatible servers accept
 
 
@@ -85,6 +94,8 @@ class Spec:
 def load_spec(source: str | Path | dict[str, Any]) -> Spec:
     """Read an OpenAPI 3.0/3.1 document: a file (JSON or YAML), its text, or the parsed mapping."""
     document = _parse(source) if not isinstance(source, dict) else source
+    if _nesting(document) > MAX_NESTING:
+        raise SpecError(f"the document nests mappings and lists more than {MAX_NESTING} deep; no API description does")
     if not isinstance(document, dict):
         raise SpecError(f"an OpenAPI document is a mapping at its top level, got {type(document).__name__}")
     version = document.get("openapi")
@@ -159,8 +170,12 @@ def _parse(source: str | Path) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:
+        raise SpecError(f"{where} nests more than {MAX_NESTING} deep; no API description does") from None
     try:
         return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader without aliases' blow-up
+    except RecursionError:
+        raise SpecError(f"{where} nests more than {MAX_NESTING} deep; no API description does") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -189,6 +204,21 @@ class _Reader:
         self.document = document
         self.skipped: list[Skipped] = []
         self.notes: list[Skipped] = []
+        self.budget = MAX_OPERATION_NODES  # what the operation being read may still inline
+        self.spent = 0  # what the whole document has
+
+    def spend(self, nodes: int) -> None:
+        """Count ``nodes`` inlined: references can multiply a small document into billions of
+        nodes (each of N schemas referring twice to the next), like YAML's aliases."""
+        self.budget -= nodes
+        self.spent += nodes
+        if self.spent > MAX_DOCUMENT_NODES:
+            raise SpecError(f"the document's schemas expand to more than {MAX_DOCUMENT_NODES} nodes once references "
+                            "are inlined")  # fmt: skip
+        if self.budget < 0:
+            raise _Unresolvable(
+                f"its schemas expand to more than {MAX_OPERATION_NODES} nodes once references are inlined"
+            )
 
     def skip(self, where: str, why: str) -> None:
         self.skipped.append(Skipped(where, why))
@@ -222,41 +252,57 @@ class _Reader:
             node = self.pointer(ref)
         return node
 
-    def schema(self, node: Any, where: str, stack: tuple[str, ...] = ()) -> dict[str, Any]:
+    def schema(self, node: Any, where: str, stack: tuple[str, ...] = (), depth: int = 0) -> dict[str, Any]:
         """A JSON schema with every reference inlined. A schema that contains itself (a tree's
         node) is unrolled ``MAX_REF_DEPTH`` times, then any object, and noted."""
         if not isinstance(node, dict):
             raise _Unresolvable(f"a schema must be a mapping, got {type(node).__name__}")
+        if depth > MAX_SCHEMA_DEPTH:
+            raise _Unresolvable(f"its schemas nest more than {MAX_SCHEMA_DEPTH} deep once references are inlined")
+        self.spend(1)
         if isinstance(node.get("$ref"), str):
             ref = node["$ref"]
             if stack.count(ref) >= MAX_REF_DEPTH:
                 self.note(where, f"the recursive schema {ref} is cut after {MAX_REF_DEPTH} levels (deeper: any object)")
                 return {"type": "object"}
             siblings = {k: v for k, v in node.items() if k != "$ref"}  # 3.1 allows keywords beside $ref
-            target = self.schema(self.pointer(ref), where, (*stack, ref))
-            return {**target, **self.schema(siblings, where, stack)} if siblings else target
+            target = self.schema(self.pointer(ref), where, (*stack, ref), depth + 1)
+            return {**target, **self.schema(siblings, where, stack, depth + 1)} if siblings else target
         out: dict[str, Any] = {}
         for key, value in node.items():
-            if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, dict):
-                out[key] = {k: self.schema(v, where, stack) for k, v in value.items()}
-            elif key in ("items", "additionalProperties", "not", "contains", "propertyNames") and isinstance(
-                value, dict
-            ):
-                out[key] = self.schema(value, where, stack)
+            if key in SCHEMA_MAPS and isinstance(value, dict):
+                out[key] = {k: self.schema(v, where, stack, depth + 1) for k, v in value.items()}
+            elif key in SCHEMA_VALUES and isinstance(value, dict):
+                out[key] = self.schema(value, where, stack, depth + 1)
             elif key in ("allOf", "anyOf", "oneOf", "prefixItems") and isinstance(value, list):
-                out[key] = [self.schema(v, where, stack) for v in value]
-            elif key == "enum" and isinstance(value, list) and len(value) > MAX_ENUM:
-                out[key] = copy.deepcopy(value)
-                self.note(where, f"an enum of {len(value)} values is checked but not listed in the tool's description")
+                out[key] = [self.schema(v, where, stack, depth + 1) for v in value]
             else:
+                self.spend(_size(value))
                 out[key] = copy.deepcopy(value)
+                if key == "enum" and isinstance(value, list) and len(value) > MAX_ENUM:
+                    self.note(
+                        where, f"an enum of {len(value)} values is checked but not listed in the tool's description"
+                    )
         if out.get("nullable") is True and isinstance(out.get("type"), str):  # 3.0's nullable is 3.1's type list
             out["type"] = [out["type"], "null"]
         out.pop("nullable", None)
+        for bound in ("Minimum", "Maximum"):  # 3.0's boolean exclusiveMinimum is 3.1's number (True == 1 otherwise)
+            flag = out.get(f"exclusive{bound}")
+            if isinstance(flag, bool):
+                out.pop(f"exclusive{bound}")
+                if flag and bound.lower() in out:
+                    out[f"exclusive{bound}"] = out.pop(bound.lower())
+        if isinstance(out.get("pattern"), str) and (why := slow_pattern(out["pattern"])):
+            self.note(where, f"the pattern {out.pop('pattern')[:80]!r} is not checked: {why}")
+        if isinstance(out.get("patternProperties"), dict):
+            for pattern in [p for p in out["patternProperties"] if slow_pattern(p)]:
+                out["patternProperties"].pop(pattern)
+                self.note(where, f"the property names pattern {pattern[:80]!r} is not checked: {slow_pattern(pattern)}")
         return out
 
     def operation(self, path: str, method: str, node: Any, shared: Any) -> Operation | None:
         label = f"{method.upper()} {path}"
+        self.budget = MAX_OPERATION_NODES
         try:
             node = self.resolve(node)
             if not isinstance(node, dict):
@@ -362,6 +408,104 @@ def _name_operations(operations: list[Operation]) -> None:
             candidate, n = f"{name[:57]}_{n}", n + 1
         taken.add(candidate)
         operations[i] = replace(op, name=candidate)
+
+
+def _nesting(value: Any) -> int:
+    """How deep mappings and lists nest in ``value`` (iteratively: a deep document must not
+    exhaust Python's stack), counted up to one past ``MAX_NESTING``."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                break
+            todo.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _size(value: Any) -> int:
+    """The number of values within ``value`` (itself included)."""
+    count, todo = 0, [value]
+    while todo:
+        node = todo.pop()
+        count += 1
+        if isinstance(node, dict):
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return count
+
+
+_REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT)
+
+
+def slow_pattern(pattern: str) -> str | None:
+    """Why checking text against ``pattern`` can take exponential time (Python's ``re``
+    backtracks: ``^(a+)+$`` on forty a's and a ``!`` never ends), or why it is no pattern
+    ``re`` reads; ``None`` for a pattern safe to check. Flagged: a repeated part holding a
+    repeat of variable length (``(a+)+``, ``(\\w{1,3})*``), or alternatives that can start
+    with the same character (``(ab|ac)+``)."""
+    try:
+        tree = _sre_parser.parse(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError, TypeError) as exc:
+        return f"not a regular expression Python reads ({exc})"
+    return "a repeat within a repeat can take exponential time to check" if _ambiguous(list(tree), False) else None
+
+
+def _ambiguous(items: list[Any], repeated: bool) -> bool:
+    for op, av in items:
+        if op in _REPEATS:
+            low, high, sub = av
+            if (repeated and low != high) or _ambiguous(list(sub), repeated or high > 1):
+                return True
+        elif op is _sre.SUBPATTERN or op is _sre.ATOMIC_GROUP:
+            if _ambiguous(list(av[-1] if op is _sre.SUBPATTERN else av), repeated):
+                return True
+        elif op is _sre.BRANCH:
+            alternatives = [list(a) for a in av[1]]
+            if repeated and _overlap([_first(a) for a in alternatives]):
+                return True
+            if any(_ambiguous(a, repeated) for a in alternatives):
+                return True
+        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            if _ambiguous(list(av[1]), repeated):
+                return True
+        elif op is _sre.GROUPREF_EXISTS:
+            if any(branch is not None and _ambiguous(list(branch), repeated) for branch in av[1:]):
+                return True
+    return False
+
+
+def _first(items: list[Any]) -> set[int] | None:
+    """The characters a match of ``items`` can start with; ``None`` when any (or none) can."""
+    for op, av in items:
+        if op is _sre.AT:
+            continue
+        if op is _sre.LITERAL:
+            return {av}
+        if op is _sre.SUBPATTERN:
+            return _first(list(av[-1]))
+        if op is _sre.IN and all(o in (_sre.LITERAL, _sre.RANGE) for o, _ in av):
+            chars: set[int] = set()
+            for o, v in av:
+                if o is _sre.RANGE and v[1] - v[0] > 1000:
+                    return None
+                chars |= {v} if o is _sre.LITERAL else set(range(v[0], v[1] + 1))
+            return chars
+        return None
+    return None
+
+
+def _overlap(firsts: list[set[int] | None]) -> bool:
+    if any(f is None for f in firsts):
+        return True
+    seen: set[int] = set()
+    for chars in firsts:
+        if seen & chars:  # type: ignore[operator]
+            return True
+        seen |= chars  # type: ignore[operator]
+    return False
 
 
 def _as_list(value: Any) -> list[Any]:

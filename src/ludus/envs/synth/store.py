@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import SchemaError, ValidationError
+from referencing.exceptions import Unresolvable
 
 from ludus.envs.synth.resources import Catalog, Resource
 from ludus.envs.synth.spec import Operation
@@ -23,6 +26,10 @@ from ludus.envs.synth.spec import Operation
 DEFAULT_PAGE = 10
 MAX_PAGE = 100  # a page the document does not bound holds at most this many records
 FORMATS = FormatChecker()
+MAX_DEPTH = 32  # arrays and objects within each other in a call's arguments
+MAX_VALUES = 10_000  # values in a call's arguments
+MAX_TEXT = 10_000  # characters of one string (or key) in a call's arguments
+MAX_PATTERN_TEXT = 2_000  # characters of a string checked against a pattern (re backtracks)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class Store:
         for resource in catalog.resources:
             rows = copy.deepcopy(records.get(resource.name, []))
             self.tables[resource.name] = {row[resource.id_field]: row for row in rows}
+        self.issued: dict[str, int] = {name: len(table) for name, table in self.tables.items()}  # ids never reused
         self.ops: dict[str, tuple[Resource, str]] = {
             op.name: (resource, verb) for resource in catalog.resources for verb, op in resource.operations.items()
         }
@@ -57,19 +65,22 @@ class Store:
         resource, verb = self.ops[name]
         op = resource.operations[verb]
         table = self.tables[resource.name]
+        if problem := unreadable(arguments):  # before anything copies or checks them
+            return self._error(op, 400, problem)
         for param in op.params:
             if param.name in arguments and (problem := invalid(arguments[param.name], param.schema, param.name)):
                 return self._error(op, 400, problem)
         key = None
         if resource.id_param and resource.id_param in arguments:
-            key = arguments[resource.id_param]
-            if key not in table:
-                return self._error(op, 404, f"no {resource.name} record with {resource.id_field} {key!r}")
-        body = arguments.get("body")
+            key = _find(table, arguments[resource.id_param])
+            if key is None:
+                shown = arguments[resource.id_param]
+                return self._error(op, 404, f"no {resource.name} record with {resource.id_field} {shown!r:.80}")
+        body = copy.deepcopy(arguments.get("body"))  # the store keeps nothing the caller holds
         if op.body is not None:
             if body is None and op.body_required:
                 return self._error(op, 400, "a request body is required")
-            if body is not None and (problem := invalid(body, op.body)):
+            if body is not None and (problem := invalid(body, request_schema(op.body, _read_only(resource)))):
                 return self._error(op, 400, problem)
         if verb == "list":
             return self._list(resource, op, arguments)
@@ -89,6 +100,7 @@ class Store:
         for prop in _read_only(resource):  # the service's fields stay the service's
             if prop in table[key]:
                 record[prop] = table[key][prop]
+        record[resource.id_field] = table[key][resource.id_field]  # a record keeps its id, readOnly or not
         if (problem := invalid(record, resource.schema)) is not None:
             return self._error(op, 400, problem)
         table[key] = record
@@ -107,6 +119,8 @@ class Store:
             size = _whole(arguments.get(size_name, size_schema.get("default", DEFAULT_PAGE)), DEFAULT_PAGE)
             size = max(1, min(size, _whole(size_schema.get("maximum", MAX_PAGE), MAX_PAGE)))
             position = _whole(arguments.get(position_name, params[position_name].schema.get("default", 0)), 0)
+            if _beyond(arguments.get(position_name)):  # past any page there is: an empty one, not the first
+                position = 10**9
             start = position if position_name == "offset" else (max(position, 1) - 1) * size
             rows = rows[start : start + size]
         else:
@@ -135,14 +149,18 @@ class Store:
         return record
 
     def _next_id(self, resource: Resource) -> Any:
+        """The next id no record of ``resource`` has had: a deleted record's id is not given
+        again (a record deleted and made anew is a new record, as in a real service)."""
         table = self.tables[resource.name]
         kind = resource.properties.get(resource.id_field, {}).get("type", "integer")
         numbers = [k for k in table if isinstance(k, int) and not isinstance(k, bool)]
+        n = max([self.issued[resource.name], *numbers]) + 1
         if "integer" in (kind if isinstance(kind, list) else [kind]):
-            return max(numbers, default=0) + 1
-        n = len(table) + 1
+            self.issued[resource.name] = n
+            return n
         while f"{resource.name[:3]}-{n}" in table:
             n += 1
+        self.issued[resource.name] = n
         return f"{resource.name[:3]}-{n}"
 
     def _error(self, op: Operation, status: int, message: str) -> Reply:
@@ -154,13 +172,30 @@ class Store:
         return Reply(status, {"error": message})
 
 
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Any:
+    """``pattern`` as jsonschema checks it, on strings short enough for ``re``'s backtracking
+    (the reading of the document drops the patterns that backtrack exponentially: spec.py)."""
+    if not validator.is_type(instance, "string"):
+        return
+    if len(instance) > MAX_PATTERN_TEXT:
+        yield ValidationError(f"a text checked against a pattern may hold at most {MAX_PATTERN_TEXT} characters")
+    elif not re.search(pattern, instance):
+        yield ValidationError(f"{instance[:80]!r} does not match {pattern[:80]!r}")
+
+
+Validator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+BROKEN = (Unresolvable, re.error, TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError)
+
+
 def invalid(value: Any, schema: dict[str, Any], what: str = "the body") -> str | None:
     """Why ``value`` (``what``: the body, a parameter) does not fit ``schema`` (the first error,
     one line), or ``None``."""
     try:
-        error = next(iter(Draft202012Validator(schema, format_checker=FORMATS).iter_errors(value)), None)
+        error = next(iter(Validator(schema, format_checker=FORMATS).iter_errors(value)), None)
     except SchemaError as exc:  # the document's own schema is broken: the service cannot check
         return f"the service's schema is invalid: {exc.message[:200]}"
+    except BROKEN as exc:  # a keyword of the wrong type, a $ref to nothing: the document's mistake
+        return f"the service's schema cannot be checked: {type(exc).__name__}: {str(exc)[:200]}"
     if error is None:
         return None
     path = [str(p) for p in error.absolute_path]
@@ -170,6 +205,56 @@ def invalid(value: Any, schema: dict[str, Any], what: str = "the body") -> str |
 
 def _message(error: ValidationError) -> str:
     return error.message if len(error.message) <= 200 else error.message[:200] + "…"
+
+
+def unreadable(value: Any) -> str | None:
+    """Why ``value`` (a call's arguments) is no JSON a service reads — nested too deep, too
+    large, a NaN or an infinity — or ``None``. Checked before anything copies or validates it."""
+    count, todo = 0, [(value, 0)]
+    while todo:
+        node, depth = todo.pop()
+        count += 1
+        if count > MAX_VALUES:
+            return f"the request holds more than {MAX_VALUES} values"
+        if isinstance(node, float) and not math.isfinite(node):
+            return f"{node} is not a JSON number"
+        if isinstance(node, str) and len(node) > MAX_TEXT:
+            return f"a text of {len(node)} characters; at most {MAX_TEXT}"
+        if isinstance(node, (dict, list)):
+            if depth >= MAX_DEPTH:
+                return f"the request nests more than {MAX_DEPTH} deep"
+            if isinstance(node, dict):
+                todo.extend((k, depth + 1) for k in node)
+            todo.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return None
+
+
+def request_schema(schema: dict[str, Any], read_only: list[str]) -> dict[str, Any]:
+    """``schema`` as a request is checked by it: a ``readOnly`` property listed as required is
+    required of responses only (OpenAPI): a client need not send the id the service sets."""
+    if not read_only or not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if isinstance(out.get("required"), list):
+        out["required"] = [r for r in out["required"] if r not in read_only]
+    for key in ("allOf", "anyOf", "oneOf"):
+        if isinstance(out.get(key), list):
+            out[key] = [request_schema(part, read_only) for part in out[key]]
+    return out
+
+
+def _find(table: dict[Any, Any], key: Any) -> Any:
+    """The key of ``table`` a path parameter names, or ``None``: in a URL every id is text, so
+    ``"3"`` finds record 3 (a document may declare its path parameters as strings)."""
+    if isinstance(key, bool) or not isinstance(key, (str, int, float)):
+        return None  # true is no id, and a list or an object names no record
+    if key in table:
+        return next(k for k in table if k == key)  # the table's own key: 3.0 finds record 3
+    return next((k for k in table if str(k) == str(key)), None)
+
+
+def _beyond(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 10**9
 
 
 def _read_only(resource: Resource) -> list[str]:

@@ -30,7 +30,13 @@ from ludus.envs.synth.store import Store
 from ludus.tasks.answers import final_answer
 
 KINDS = ("create", "update", "delete", "count", "lookup")
+CHANGES = ("create", "update", "delete")
 RECORDS = 8  # per resource and task
+
+
+class GoalError(Exception):
+    """A goal whose oracle calls the service refuses, or that would leave the service as it
+    is: the task source draws another (a document may declare what the simulation cannot do)."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,11 @@ def make_goal(catalog: Catalog, records: dict[str, list[dict[str, Any]]], rng: r
     rows = records[resource.name]
     if kind == "none" or not rows:
         return None
-    return {"create": _create, "update": _update, "delete": _delete, "count": _count, "lookup": _lookup}[kind](
-        catalog, resource, records, rng
-    )
+    make = {"create": _create, "update": _update, "delete": _delete, "count": _count, "lookup": _lookup}[kind]
+    try:
+        return make(catalog, resource, records, rng)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError):
+        return None  # a body schema the values cannot be drawn from (a document's own mistake): draw again
 
 
 def _possible(kind: str, r: Resource) -> bool:
@@ -79,14 +87,23 @@ def _keys(r: Resource) -> list[str]:
 
 
 def _settable(r: Resource) -> list[str]:
+    """What a create sets: the body's properties a record has, but the service's own (``readOnly``)."""
     body = merged_body(r, "create")
-    return [p for p in body.get("properties", {}) if p in r.properties]
+    return [p for p in body.get("properties", {}) if p in r.properties and p not in _read_only(r)]
 
 
 def _changeable(r: Resource) -> list[str]:
     verb = "update" if "update" in r.operations else "replace"
     body = merged_body(r, verb)
-    return [p for p in body.get("properties", {}) if p not in _keys(r) and p != r.id_field and p in r.properties]
+    return [
+        p
+        for p in body.get("properties", {})
+        if p not in _keys(r) and p != r.id_field and p in r.properties and p not in _read_only(r)
+    ]
+
+
+def _read_only(r: Resource) -> list[str]:
+    return [p for p, s in r.properties.items() if isinstance(s, dict) and s.get("readOnly")]
 
 
 def _shown(r: Resource) -> list[str]:
@@ -122,6 +139,18 @@ def _naming(r: Resource, row: dict[str, Any]) -> tuple[str, list[tuple[str, dict
     return f"the {_singular(r)} whose {key} is {_quote(row[key])}", _find(r, key, row[key]), ident
 
 
+def _path_id(r: Resource, ident: Any) -> Any:
+    """``ident`` as the record path's parameter takes it: text where the document declares the
+    parameter a string (every id is text in a URL) though the records' ids are numbers."""
+    schema = next(
+        (p.schema for op in r.operations.values() for p in op.params if p.name == r.id_param and p.location == "path"),
+        {},
+    )
+    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    text_only = "string" in kinds and not {"integer", "number"} & set(kinds)
+    return str(ident) if text_only and not isinstance(ident, str) else ident
+
+
 def _find(r: Resource, prop: str, wanted: Any) -> list[tuple[str, dict[str, Any]]]:
     """The list calls that find the records whose ``prop`` is ``wanted``: one filtered call,
     or every page."""
@@ -142,7 +171,7 @@ def _page(r: Resource, index: int) -> dict[str, Any]:
 
 def _create(catalog: Catalog, r: Resource, records: dict, rng: random.Random) -> Goal | None:
     body_schema = merged_body(r, "create")
-    required = [p for p in body_schema.get("required", []) if p in r.properties]
+    required = [p for p in body_schema.get("required", []) if p in _settable(r)]  # a readOnly id is not asked for
     optional = [p for p in _settable(r) if p not in required]
     chosen = required + rng.sample(optional, k=min(len(optional), rng.randint(0, 1)))
     keys = foreign_keys(r, catalog)
@@ -156,8 +185,7 @@ def _create(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
             words.append(f"{prop.replace('_id', '').replace('Id', '')}: {naming}")
             continue
         v = value(body_schema["properties"][prop], prop, rng)
-        taken = {row.get(prop) for row in records[r.name]}
-        if prop in KEYS and v in taken:
+        if prop in KEYS and canonical_json(v) in {canonical_json(row.get(prop)) for row in records[r.name]}:
             return None
         body[prop] = v
         words.append(f"{prop}: {_quote(v)}")
@@ -173,17 +201,18 @@ def _update(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
         return None
     naming, calls, ident = _naming(r, row)
     if "update" in r.operations:
-        change = (r.operations["update"].name, {r.id_param: ident, "body": {prop: new}})
+        change = (r.operations["update"].name, {r.id_param: _path_id(r, ident), "body": {prop: new}})
     else:
-        whole = {k: v for k, v in row.items() if k != r.id_field and not r.properties[k].get("readOnly")}
-        change = (r.operations["replace"].name, {r.id_param: ident, "body": {**whole, prop: new}})
+        whole = {k: v for k, v in row.items() if k != r.id_field and k not in _read_only(r)}
+        change = (r.operations["replace"].name, {r.id_param: _path_id(r, ident), "body": {**whole, prop: new}})
     return Goal("update", f"Set the {prop} of {naming} to {_quote(new)}.", (*calls, change))
 
 
 def _delete(catalog: Catalog, r: Resource, records: dict, rng: random.Random) -> Goal | None:
     row = rng.choice(records[r.name])
     naming, calls, ident = _naming(r, row)
-    return Goal("delete", f"Remove {naming}.", (*calls, (r.operations["delete"].name, {r.id_param: ident})))
+    remove = (r.operations["delete"].name, {r.id_param: _path_id(r, ident)})
+    return Goal("delete", f"Remove {naming}.", (*calls, remove))
 
 
 def _count(catalog: Catalog, r: Resource, records: dict, rng: random.Random) -> Goal | None:
@@ -203,7 +232,7 @@ def _lookup(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
         return None
     naming, calls, ident = _naming(r, row)
     if not calls and "read" in r.operations:
-        calls = [(r.operations["read"].name, {r.id_param: ident})]
+        calls = [(r.operations["read"].name, {r.id_param: _path_id(r, ident)})]
     text = f"What is the {prop} of {naming}? Answer as <answer>…</answer>."
     return Goal("lookup", text, tuple(calls), row[prop])
 
@@ -214,11 +243,15 @@ def _lookup(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
 def expected_state(catalog: Catalog, records: dict, goal: Goal) -> dict:
     """The final state the task asks for: the oracle's calls run on the task's records."""
     store = Store(catalog, records)
+    initial = store.snapshot()
     for op, args in goal.calls:
         reply = store.call(op, args)
         if reply.status >= 400:
-            raise AssertionError(f"the oracle's {op} failed: {reply.text()}")  # a bug of this module
-    return store.snapshot()
+            raise GoalError(f"the oracle's {op} failed: {reply.text()[:300]}")
+    final = store.snapshot()
+    if goal.kind in CHANGES and _difference(catalog, initial, final, initial) is None:
+        raise GoalError(f"the {goal.kind} would change nothing (the service keeps what it owns)")
+    return final
 
 
 def grade(catalog: Catalog, initial: dict, final: dict, expected: dict, goal: Goal, completion: str) -> Score:
@@ -244,21 +277,47 @@ def _difference(catalog: Catalog, initial: dict, final: dict, expected: dict) ->
             removed = sorted(set(before) - set(got), key=str)
             return f"{r.name}: removed {removed or 'nothing'}, the task asks to remove {sorted(set(before) - set(want), key=str) or 'nothing'}"
         for key in sorted(kept, key=str):
-            if got[key] != want[key]:
-                return f"{r.name} record {key!r} is {json.dumps(got[key], sort_keys=True)[:200]}, not the one asked for"
+            if canonical_json(got[key]) != canonical_json(want[key]):
+                return f"{r.name} record {key!r} is {canonical_json(got[key])[:200]}, not the one asked for"
         new_got = sorted(_without(got[k], r.id_field) for k in set(got) - set(before))
         new_want = sorted(_without(want[k], r.id_field) for k in set(want) - set(before))
         if new_got != new_want:
-            return f"{r.name}: added {len(new_got)} record(s) {new_got[:2]}, the task asks for {new_want[:2]}"
+            shown = [n[:200] for n in new_got[:2]], [n[:200] for n in new_want[:2]]
+            return f"{r.name}: added {len(new_got)} record(s) {shown[0]}, the task asks for {shown[1]}"
     return None
 
 
+def canonical(value: Any) -> Any:
+    """``value`` as JSON means it: a whole number is one number (``45.0`` is ``45``, ``-0.0``
+    is ``0``), and ``true`` stays no number (Python's ``True == 1`` does not hold in JSON)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(canonical(value), sort_keys=True, ensure_ascii=False)
+
+
 def _without(record: dict, id_field: str) -> str:
-    return json.dumps({k: v for k, v in record.items() if k != id_field}, sort_keys=True)
+    return canonical_json({k: v for k, v in record.items() if k != id_field})
+
+
+def answer_text(value: Any) -> str:
+    """How a report's value is written in an answer: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _nfkc(text: str) -> str:
+    return unicodedata.normalize("NFKC", text)
 
 
 def _same_answer(answer: str, wanted: Any) -> bool:
-    text = unicodedata.normalize("NFKC", answer).strip()
+    text = _nfkc(answer).strip()
     if isinstance(wanted, bool):
         return text.lower() == str(wanted).lower()
     if isinstance(wanted, (int, float)):
@@ -266,5 +325,9 @@ def _same_answer(answer: str, wanted: Any) -> bool:
             return float(text) == float(wanted)
         except ValueError:
             return False
-    expected = wanted if isinstance(wanted, str) else json.dumps(wanted, ensure_ascii=False)
-    return " ".join(text.strip("\"'").split()).casefold() == " ".join(expected.split()).casefold()
+    if not isinstance(wanted, str):  # a list, an object or null: the same JSON value, however spaced
+        try:
+            return canonical_json(json.loads(text)) == _nfkc(canonical_json(wanted))
+        except (ValueError, RecursionError):
+            return False
+    return " ".join(text.strip("\"'").split()).casefold() == " ".join(_nfkc(wanted).split()).casefold()
