@@ -93,3 +93,24 @@ def test_the_right_change_on_the_wrong_record_and_a_wrong_count_are_wrong():
     assert (
         play(env, count, [Message("assistant", f"<answer>{n}</answer>")]).status == Status.CORRECT
     )  # no call needed to be right
+
+
+def test_the_warm_start_reads_every_turn_of_the_oracle_as_an_agent_plays_it():
+    from ludus.core.tools import parse_tool_calls
+    from ludus.train.supervised import reference_batch
+
+    env = Shop()
+    conversations, replies = reference_batch(env, range(10_000_000, 10_000_040))
+    later = [c for c in conversations if any(m.role == "tool" for m in c)]
+    assert later and len(later) < len(conversations)  # first turns and turns after tool results
+    for reply in replies:
+        if "<tool_call>" in reply:
+            calls = parse_tool_calls(reply)[1]
+            assert calls and {c.name for c in calls} <= {t.name for t in env.tools()}
+        else:
+            assert reply == "Done." or reply.startswith("<answer>")
+    # a change waits for the lookup's result: the turn that changes a record follows a tool reply
+    for conversation, reply in zip(conversations, replies, strict=True):
+        if any(name in reply for name in ('"updateProduct"', '"deleteProduct"', '"updateOrder"')):
+            key_named = "whose" in conversation[0].content
+            assert not key_named or conversation[-1].role == "tool"

@@ -70,13 +70,12 @@ def _records(
     resource: Resource, catalog: Catalog, made: dict[str, list[dict[str, Any]]], rng: random.Random, n: int
 ) -> list[dict[str, Any]]:
     keys = foreign_keys(resource, catalog)
-    people = any(word in resource.name.lower() for word in PEOPLE)
     seen: dict[str, set[str]] = {p: set() for p in resource.properties if p in KEYS}  # values as JSON (lists too)
     out = []
     for i in range(n):
         for _ in range(TRIES):
             record = {resource.id_field: _id(resource, i)}
-            who = (rng.choice(FIRST), rng.choice(LAST), people)  # one person's name and email per record
+            who = person(resource, rng)  # one person's name and email per record
             for prop, schema in resource.properties.items():
                 if prop == resource.id_field:
                     continue
@@ -105,6 +104,11 @@ def _records(
 
 def _as_key(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
+
+
+def person(resource: Resource, rng: random.Random) -> Person:
+    """A name for one record of ``resource``, and whether its records are people."""
+    return rng.choice(FIRST), rng.choice(LAST), any(word in resource.name.lower() for word in PEOPLE)
 
 
 def _id(resource: Resource, i: int) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ludus.core.env import Split, ToolEnv
-from ludus.core.tools import Tool
+from ludus.core.tools import Tool, render_tool_calls
 from ludus.core.types import Message, Observation, Score, Task, ToolCall, ToolSpec
 from ludus.envs.synth.data import DataError
 from ludus.envs.synth.resources import Catalog, Resource, catalog
@@ -147,12 +147,33 @@ class SynthEnv(ToolEnv):
         return grade(self.catalog, self.initial, self.store.snapshot(), self.expected, self._goal(task), completion)
 
     def reference_actions(self, task: Task) -> list[Message] | None:
+        """The oracle as an agent works: the calls that look records up in one turn, the calls
+        that change the service in the next (with the ids the lookups return), then the reply."""
         goal = self._goal(task)
-        calls = [ToolCall(op, args, id=f"call_{i}") for i, (op, args) in enumerate(goal.calls)]
+        reads = {op.name for r in self.catalog.resources for verb, op in r.operations.items() if verb in ("list", "read")}
+        looks = [(op, args) for op, args in goal.calls if op in reads]
+        acts = [(op, args) for op, args in goal.calls if op not in reads]
         final = "Done." if goal.kind not in ("count", "lookup") else f"<answer>{answer_text(goal.answer)}</answer>"
-        return (
-            [Message("assistant", "", calls), Message("assistant", final)] if calls else [Message("assistant", final)]
-        )
+        turns = [
+            Message("assistant", "", [ToolCall(op, args, id=f"call_{k}_{i}") for i, (op, args) in enumerate(calls)])
+            for k, calls in enumerate((looks, acts))
+            if calls
+        ]
+        return [*turns, Message("assistant", final)]
+
+    def reference_example(self, task: Task, seed: int) -> tuple[list[Message], str] | None:
+        """One turn of the oracle's episode, drawn by the seed: the conversation so far and the
+        oracle's message, its tool calls written as the embedded model writes them."""
+        obs = self.reset(task, seed)
+        conversation, turns = list(obs.messages), []
+        for message in self.reference_actions(task) or []:
+            turns.append((conversation, message))
+            result = self.step(message)
+            if result.done:
+                break
+            conversation = [*conversation, message, *result.observation.messages]
+        conversation, message = random.Random(f"{self.name}:{task.id}:{seed}:warm start").choice(turns)
+        return conversation, message.content + (render_tool_calls(message.tool_calls) if message.tool_calls else "")
 
     def cheats(self, task: Task) -> dict[str, list[Message]]:
         """Replies that must earn nothing: claiming success without calls, deleting everything

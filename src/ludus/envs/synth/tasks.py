@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ludus.core.types import Score, Status
-from ludus.envs.synth.data import KEYS, foreign_keys, seed_records, value
+from ludus.envs.synth.data import KEYS, foreign_keys, person, seed_records, value
 from ludus.envs.synth.resources import Catalog, Resource, merged
 from ludus.envs.synth.store import Store
 from ludus.tasks.answers import final_answer
@@ -175,7 +175,7 @@ def _create(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
     optional = [p for p in _settable(r) if p not in required]
     chosen = required + rng.sample(optional, k=min(len(optional), rng.randint(0, 1)))
     keys = foreign_keys(r, catalog)
-    body, words, calls = {}, [], []
+    body, words, calls, who = {}, [], [], person(r, rng)
     for prop in chosen:
         if prop in keys and records.get(keys[prop].name):
             other = keys[prop]
@@ -184,7 +184,7 @@ def _create(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
             body[prop], calls = ident, calls + find
             words.append(f"{prop.replace('_id', '').replace('Id', '')}: {naming}")
             continue
-        v = value(body_schema["properties"][prop], prop, rng)
+        v = value(body_schema["properties"][prop], prop, rng, who)
         if prop in KEYS and canonical_json(v) in {canonical_json(row.get(prop)) for row in records[r.name]}:
             return None
         body[prop] = v
