@@ -42,6 +42,11 @@ RECIPE = {  # one recipe for both arms: only self_play differs
     # a base that plays legal moves: 180 warm-start steps (the arithmetic default) left nim's base
     # losing 0.92 of its games to random by illegal moves; 500 steps: 0.375 score vs random, 0.41 vs greedy
     "warmstart_steps": 500,
+    # the default lr and entropy bonus (6e-4, 0.05: tuned on arithmetic) were unstable here: self-play's
+    # entropy blew up (0.02 -> 0.95 by step 100: zero-sum groups cancel, the bonus does not) and training
+    # against greedy collapsed to one move (entropy 0.002, 97 % of groups without variance)
+    "lr": 2e-4,
+    "entropy_coef": 0.01,
     "prompts_per_step": 8,
     "group_size": 8,
     "time_limit_min": 0,

@@ -150,7 +150,9 @@ class SynthEnv(ToolEnv):
         """The oracle as an agent works: the calls that look records up in one turn, the calls
         that change the service in the next (with the ids the lookups return), then the reply."""
         goal = self._goal(task)
-        reads = {op.name for r in self.catalog.resources for verb, op in r.operations.items() if verb in ("list", "read")}
+        reads = {
+            op.name for r in self.catalog.resources for verb, op in r.operations.items() if verb in ("list", "read")
+        }
         looks = [(op, args) for op, args in goal.calls if op in reads]
         acts = [(op, args) for op, args in goal.calls if op not in reads]
         final = "Done." if goal.kind not in ("count", "lookup") else f"<answer>{answer_text(goal.answer)}</answer>"
