@@ -110,7 +110,11 @@ request = urllib.request.Request(
 )
 reply = json.load(urllib.request.urlopen(request))["choices"][0]["message"]["content"]
 seen = []
+own = int(os.environ["OPENAI_BASE_URL"].rsplit(":", 1)[1].split("/")[0])  # the relay's port in the sandbox
 for port in ({gateway_port}, {server_port}):  # the gateway itself, and a server of the host
+    if port == own:  # the sandbox's own loopback happened to give the relay that number: it says nothing
+        seen.append("own-relay")
+        continue
     try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
         seen.append("connected")
@@ -148,7 +152,8 @@ def test_the_agent_reaches_the_gateway_and_nothing_else_and_its_files_come_back(
     assert processes_named(marker), "the agent's background process runs"
     result = env.step(Message("assistant", "the reply"))
     assert result.done and result.score.value == 1.0, result.score
-    assert env.answer == "ConnectionRefusedError ConnectionRefusedError"
+    # refused both ways (a port number the relay happens to share inside the sandbox proves nothing either way)
+    assert set(env.answer.split()) <= {"ConnectionRefusedError", "own-relay"} and len(env.answer.split()) == 2
     assert env.note == "the reply"
     with pytest.raises(BlockingIOError):
         host_server.accept()  # nothing came through
