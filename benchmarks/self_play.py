@@ -69,6 +69,7 @@ def launch(name: str, seed: int, args: argparse.Namespace, self_play: bool) -> s
     }
     if self_play:
         config |= {"self_play": True, "pool_every": args.pool_every, "pool_size": args.pool_size}
+        config |= {"pool_scripted": args.league}
     path = Path(args.runs) / f"{name}.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     log = open(Path(args.runs) / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
@@ -124,6 +125,9 @@ def main() -> None:
     p.add_argument("--eval-size", type=int, default=64)
     p.add_argument("--pool-every", type=int, default=10)
     p.add_argument("--pool-size", type=int, default=5)
+    p.add_argument(
+        "--league", nargs="*", default=[], help="scripted players kept in the self-play pool (pool_scripted)"
+    )
     p.add_argument("--runs", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
     p.add_argument("--plot", type=Path, help="write the ratings figure here (PNG)")
     p.add_argument("--report", action="store_true", help="only report the runs already in --runs (no training)")

@@ -298,6 +298,24 @@ def test_the_pool_adds_every_k_steps_keeps_the_newest_and_deletes_the_rest(tmp_p
     assert [p.name for p in (tmp_path / "pool").iterdir()] == ["step_000004"]  # saved after the checkpoint
 
 
+def test_a_league_of_scripted_players_is_drawn_from_the_start_and_never_leaves(tmp_path) -> None:
+    from ludus.policies.tiny import TinyConfig, TinyPolicy
+
+    policy = TinyPolicy(TinyConfig(d_model=16, n_layers=1, n_heads=2, max_len=64), seed=0)
+    pool = SelfPlay(tmp_path / "pool", every=1, size=1, sampling="recency", latest=0.5, seed=0, league=["random"])
+    before = [pool.opponent(g) for g in range(400)]
+    assert set(before) == {"self", "random"} and 150 < before.count("random") < 250  # before any checkpoint
+    for step in range(1, 4):
+        pool.maybe_add(step, policy)
+    drawn = [pool.opponent(g) for g in range(400)]
+    assert set(drawn) == {"self", "random", "actor:pool-3"}  # size 1 evicts checkpoints, never the league
+    assert 0.6 < drawn.count("random") / drawn.count("actor:pool-3") < 1.6  # recency: each weighs 1
+    pool.sampling = "rating"
+    pool.elo.ratings.update({"random": 1000.0, "pool-3": 1000.0, LEARNER: 1600.0})
+    drawn = [pool.opponent(g) for g in range(400)]
+    assert 0.6 < drawn.count("random") / drawn.count("actor:pool-3") < 1.6  # equal ratings: equal odds
+
+
 # ---- training --------------------------------------------------------------------------------------------
 
 TINY = '{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 256}'
@@ -312,7 +330,7 @@ def test_ludus_train_self_play_keeps_a_pool_rates_players_and_resumes(tmp_path, 
             "--steps", "6", "--pool-every", "2", "--pool-size", "2", "--self-play-latest", "0.3",
             "--prompts-per-step", "4", "--group-size", "2", "--eval-every", "3", "--eval-size", "4",
             "--max-tokens", "16", "--warmstart-steps", "5", "--tiny", TINY, "--runs-dir", str(tmp_path),
-            "--name", "sp", "--checkpoint-every", "3"]  # fmt: skip
+            "--name", "sp", "--checkpoint-every", "3", "--pool-scripted", "random"]  # fmt: skip
     assert main(args) == 0
     run = tmp_path / "sp"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -330,7 +348,7 @@ def test_ludus_train_self_play_keeps_a_pool_rates_players_and_resumes(tmp_path, 
     assert all(r[f"eval/vs_{default}/win_rate"] == r["eval/accuracy"] for r in evals)
     assert sorted(p.name for p in (run / "pool").iterdir()) == ["step_000004", "step_000006"]
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert {s["task"]["info"]["opponent"].rsplit("-", 1)[0] for s in samples} <= {"self", "actor:pool"}
+    assert {s["task"]["info"]["opponent"].rsplit("-", 1)[0] for s in samples} == {"self", "actor:pool", "random"}
     # resumed from the checkpoint of step 3 (a later one lost): its pool was [pool-2], whose folder
     # the checkpoint of step 6 let go; the run goes on without it, and its later members are made again
     (run / "checkpoints" / "step_000006").rename(tmp_path / "later")
@@ -349,6 +367,10 @@ def test_self_play_is_refused_where_it_cannot_work(tmp_path, capsys) -> None:
     assert "drop env_server" in capsys.readouterr().err
     assert main([*base, "--env", "nim", "--self-play-latest", "2"]) != 0
     assert "self_play_latest" in capsys.readouterr().err
+    assert main([*base, "--env", "nim", "--pool-scripted", "grandmaster"]) != 0
+    assert "'grandmaster' is not a scripted player of 'nim' (greedy, perfect, random)" in capsys.readouterr().err
+    assert main([*base[:-1], "--env", "nim", "--pool-scripted", "random"]) != 0
+    assert "set self_play: true" in capsys.readouterr().err
 
 
 # ---- another model behind a URL plays a seat ------------------------------------------------------------

@@ -91,13 +91,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ludus.cli.common import console, progress_bar
+    from ludus.cli.common import console, fewer_malloc_arenas, progress_bar
     from ludus.core.types import ACTOR_NAME
     from ludus.policies import PolicyError, SamplingParams, load_policy
     from ludus.rollout.engine import RolloutConfig
     from ludus.rollout.evaluate import evaluate
     from ludus.rollout.placement import EnvPlacement
 
+    fewer_malloc_arenas()
     if args.resume and not args.name:
         raise ValueError("--resume continues the run that --name names: add --name")
     run_dir = Path(args.runs) / (args.name or f"eval-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -68,9 +68,11 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ludus.cli.common import console, progress_bar
+    from ludus.cli.common import console, fewer_malloc_arenas, progress_bar
     from ludus.train.config import load_config
     from ludus.train.trainer import Trainer, TrainingHalted
+
+    fewer_malloc_arenas()
 
     def plain_log(text: str) -> None:  # the trainer's lines quote logs and configs: never read as markup
         console().print(text, markup=False)

@@ -210,6 +210,9 @@ class TrainConfig:
     pool_size: int = 5
     pool_sampling: Literal["recency", "rating"] = "recency"
     self_play_latest: float = 0.5
+    # scripted players of the game kept in the pool for the whole run, a league (e.g. [random]): drawn with
+    # the checkpoints, never evicted, their ratings fixed; opponents that neither collapse nor drift with the learner
+    pool_scripted: list[str] = field(default_factory=list)
     # other policies by name, each a model spec as for `model` (a saved folder, hf:PATH, an http(s)://.../v1
     # OpenAI-compatible server): a game's seat plays one with env_args opponent: "actor:NAME" (docs/games.md)
     actors: dict[str, str] = field(default_factory=dict)
@@ -323,6 +326,8 @@ class TrainConfig:
             )
         if not 0 <= self.self_play_latest <= 1:
             raise ConfigError(f"config field 'self_play_latest' must be in [0, 1], got {self.self_play_latest}")
+        if not isinstance(self.pool_scripted, list) or not all(isinstance(p, str) for p in self.pool_scripted):
+            raise ConfigError(f"config field 'pool_scripted' lists scripted players' names, got {self.pool_scripted!r}")
         for name, spec in self.actors.items():
             if not isinstance(name, str) or not ACTOR_NAME.fullmatch(name) or name.startswith(POOL_PREFIX):
                 raise ConfigError(
@@ -335,6 +340,8 @@ class TrainConfig:
                     f"server; got {spec!r}"
                 )
         if not self.self_play:
+            if self.pool_scripted:
+                raise ConfigError("config field 'pool_scripted' is a self-play pool's: set self_play: true, or drop it")
             return
         clashes = {
             "envs": self.envs,

@@ -213,7 +213,9 @@ class SelfPlay:
     ``latest``: the share of groups in which the learner plays itself; the others play a pool
     member, drawn by ``sampling``: ``"recency"`` (the newest most often: weight = rank) or
     ``"rating"`` (the members most likely to beat the learner most often: weight = their Elo
-    expected score against it, prioritized fictitious self-play)."""
+    expected score against it, prioritized fictitious self-play). ``league``: scripted players that
+    are members for the whole run (never evicted, ratings fixed by calibration; with recency each
+    weighs as the oldest checkpoint): opponents that neither collapse nor drift with the learner."""
 
     def __init__(
         self,
@@ -224,10 +226,12 @@ class SelfPlay:
         sampling: str,
         latest: float,
         seed: int,
+        league: Iterable[str] = (),
         model_args: Mapping[str, Any] | None = None,
         actors: dict[str, Policy] | None = None,
     ):
         self.folder, self.every, self.size, self.sampling, self.latest = folder, every, size, sampling, latest
+        self.league = list(league)
         self.seed = seed
         self.model_args = dict(model_args or {})
         self.members: list[Member] = []
@@ -238,16 +242,19 @@ class SelfPlay:
 
     # ---- who plays each group --------------------------------------------------------------
     def opponent(self, group: int) -> str:
-        """The opponent of group number ``group``: ``"self"`` or ``"actor:pool-STEP"``. Seeded by the
+        """The opponent of group number ``group``: ``"self"``, ``"actor:pool-STEP"`` or a league
+        player's name. Seeded by the
         run's seed and the group's number, so a resumed run draws the same."""
         rng = random.Random(f"selfplay:{self.seed}:{group}")
-        if not self.members or rng.random() < self.latest:
+        if not (self.members or self.league) or rng.random() < self.latest:
             return "self"
+        names = ["actor:" + m.name for m in self.members] + self.league
         if self.sampling == "recency":
-            weights = [float(i + 1) for i in range(len(self.members))]
+            weights = [float(i + 1) for i in range(len(self.members))] + [1.0] * len(self.league)
         else:
             weights = [self.elo.expected(m.name, LEARNER) for m in self.members]
-        return "actor:" + rng.choices(self.members, weights)[0].name
+            weights += [self.elo.expected(player, LEARNER) for player in self.league]
+        return rng.choices(names, weights)[0]
 
     def task(self, task: Task, group: int) -> Task:
         """``task`` with its opponent replaced by this group's."""

@@ -642,6 +642,12 @@ class Trainer:
         game = getattr(env, "game", None)  # a GameEnv's (envs/games/), known here by its face alone
         if not callable(getattr(game, "players", None)):
             raise ConfigError(f"config field 'self_play' needs a two-player game (docs/games.md); {c.env!r} is not one")
+        unknown = [p for p in c.pool_scripted if p not in game.players()]  # type: ignore[union-attr]
+        if unknown:
+            raise ConfigError(
+                f"config field 'pool_scripted': {', '.join(map(repr, unknown))} is not a scripted player of "
+                f"{c.env!r} ({', '.join(sorted(game.players()))})"  # type: ignore[union-attr]
+            )
         self.self_play = SelfPlay(
             self.run_dir / "pool",
             every=c.pool_every,
@@ -649,6 +655,7 @@ class Trainer:
             sampling=c.pool_sampling,
             latest=c.self_play_latest,
             seed=c.seed,
+            league=c.pool_scripted,
             model_args=c.model_args,
             actors=self.actors,
         )
