@@ -299,6 +299,22 @@ def test_a_tool_that_serves_the_answer_file_is_caught() -> None:
     assert "read answer files" in lines(report)["cheat tools/hidden-files"].detail
 
 
+def test_a_tool_reply_showing_the_answer_is_a_leak_unless_the_environment_finds_answers_there() -> None:
+    from ludus.certify.redteam import Episode, Target, _leak
+    from ludus.core.types import StepResult
+
+    task = Task(id="t", prompt="What is the email of Nia?", answer="nia.kowalski@example.com")
+    target = Target(
+        task, Observation([Message("user", task.prompt)]), [], [Message("assistant", "nia.kowalski@example.com")]
+    )
+    episode = Episode()
+    shown = Message("tool", '{"email": "nia.kowalski@example.com"}', name="listCustomers")
+    episode.steps.append(StepResult(Observation([shown]), 0.0, False))
+    assert "returned the gold answer" in (_leak(episode, target) or "")
+    target.answers_in_tools = True  # a lookup in a service's records (envs/synth): reading them is the task
+    assert _leak(episode, target) is None
+
+
 def test_a_grader_that_trusts_the_exit_code_is_caught_by_the_code_cheats() -> None:
     report = redteam_env(ExitCodeEnv, name="toy-exit-code", tasks=1)
     assert lines(report)["oracle"].ok, format_redteam(report)

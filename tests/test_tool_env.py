@@ -188,3 +188,36 @@ def test_the_oracle_refuses_tasks_it_cannot_tell_apart():
     same_prompt = [Task(id="a", prompt="same"), Task(id="b", prompt="same")]
     with pytest.raises(ValueError, match="cannot tell them apart"):
         OraclePolicy(TwoAnswers, requests(same_prompt))
+
+
+def test_the_oracle_tells_apart_tasks_that_open_alike_by_what_the_tools_said(tmp_path):
+    """The same question on different records (ludus synth's tasks): the answer is in a tool's reply."""
+
+    class Balances(Vault):
+        def read_balance(self) -> str:
+            """The account balance."""
+            return str(self.balance)
+
+        def begin(self, task):
+            self.balance = int(task.info["balance"])
+            return super().begin(task)
+
+        def score(self, task, completion):
+            ok = completion.strip() == str(task.info["balance"])
+            return Score(1.0, Status.CORRECT) if ok else Score.zero(Status.WRONG, "not the balance")
+
+        def reference_actions(self, task):
+            return [_call("read_balance"), Message("assistant", str(task.info["balance"]))]
+
+    tasks = [Task(id=f"b{i}", prompt="What is the balance?", info={"balance": 100 + i}) for i in range(3)]
+    summary = evaluate(OraclePolicy(Balances, requests(tasks, 2)), Balances, tasks, tmp_path / "oracle", samples=2)
+    assert summary.accuracy == 1.0 and summary.statuses == {"correct": 6}
+    twins = [Task(id="c", prompt="What is the balance?", info={"balance": 7})] * 2
+    twins[1] = Task(id="d", prompt="What is the balance?", info={"balance": 7})
+
+    class Disagree(Balances):  # the same conversation throughout, different replies: truly ambiguous
+        def reference_actions(self, task):
+            return [_call("read_balance"), Message("assistant", task.id)]
+
+    with pytest.raises(ValueError, match="reach the same conversation"):
+        OraclePolicy(Disagree, requests(twins))

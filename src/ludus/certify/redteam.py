@@ -119,6 +119,7 @@ class Target:
     reference: Actions | None
     others: list[str] = field(default_factory=list)  # other tasks' gold answers, in this format
     kinds: frozenset[str] = frozenset()
+    answers_in_tools: bool = False  # the environment's Env.answers_in_tools: a tool showing the answer is no leak
 
     @property
     def final_text(self) -> str | None:
@@ -764,7 +765,7 @@ def _leak(episode: Episode, target: Target) -> str | None:
     """A tool reply that shows the gold answer (when it is long enough not to appear by chance
     and the task does not show it itself)."""
     gold = target.gold
-    if gold is None or len(gold) < 8:
+    if gold is None or len(gold) < 8 or target.answers_in_tools:
         return None
     if any(gold in m.content for m in target.opening.messages):
         return None
@@ -879,6 +880,7 @@ def _run(
             return
         target = Target(task, opening, list(env.tools()) or list(opening.tools), reference)
         target.kinds = env_kinds(env, opening, reference)
+        target.answers_in_tools = bool(getattr(env, "answers_in_tools", False))
         items.append(_Task(index, task, target))
     # wrong answers for hedges: the other tasks' gold answers, and two more tasks' when too few
     golds = [g for g in (i.target.gold for i in items) if g is not None]

@@ -112,6 +112,9 @@ class Env(ABC):
     # subprocess): the rollout engine then runs them on its event loop, without a thread hop. An
     # instance may be slower than its class: one graded by a rubric whose criterion can block
     quick: bool = False
+    # True when a task's answer is read from the environment's own tool replies by design (a lookup in a
+    # service's records, envs/synth): the red team then does not count a tool reply showing it as a leak
+    answers_in_tools: ClassVar[bool] = False
     # modules this environment needs beyond Ludus's own dependencies (top-level name -> the command
     # that installs it, e.g. {"playwright": "pip install 'ludus[web]'"}): making one without them
     # raises MissingDependency, and `ludus envs` marks it. A literal, so `ludus envs` reads it
