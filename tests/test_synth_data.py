@@ -50,7 +50,11 @@ def test_a_resource_whose_records_cannot_fit_is_reported_not_filled():
                                             "required": ["id", "code"],
                                             "properties": {
                                                 "id": {"type": "integer"},
-                                                "code": {"type": "string", "pattern": "^[0-9]{12}$"},
+                                                "code": {
+                                                    "type": "string",
+                                                    "pattern": "^[0-9]{12}$",
+                                                    "maxLength": 4,
+                                                },  # no text fits
                                             },
                                         },
                                     }

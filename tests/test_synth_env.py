@@ -114,3 +114,26 @@ def test_the_warm_start_reads_every_turn_of_the_oracle_as_an_agent_plays_it():
         if any(name in reply for name in ('"updateProduct"', '"deleteProduct"', '"updateOrder"')):
             key_named = "whose" in conversation[0].content
             assert not key_named or conversation[-1].role == "tool"
+
+
+def test_kinds_chooses_the_goals_drawn_and_is_checked():
+    env = Shop(kinds=["count", "lookup"])
+    drawn = Counter(
+        env.task_source(split).get(i).info["goal"]["kind"] for split in ("train", "eval") for i in range(30)
+    )
+    assert set(drawn) == {"count", "lookup"}
+    assert Shop(kinds=["delete"]).task_source("train").get(0).info["goal"]["kind"] == "delete"
+    for wrong in (["count", "guess"], [], "count"):
+        with pytest.raises(ValueError, match="kinds names goals among create, update, delete, count, lookup"):
+            Shop(kinds=wrong)
+
+
+@pytest.mark.parametrize("name", ["synth-shop", "synth-calendar", "synth-ticketing"])
+def test_the_examples_are_built_in_and_their_oracle_solves_them(name):
+    from ludus.core.registry import make
+
+    env = make(name)
+    for i in range(5):
+        task = env.task_source("eval").get(i)
+        score = play(env, task, env.reference_actions(task))
+        assert (score.status, score.value) == (Status.CORRECT, 1.0), (task.prompt, score)

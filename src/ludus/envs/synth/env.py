@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ from ludus.envs.synth.data import DataError
 from ludus.envs.synth.resources import Catalog, Resource, catalog
 from ludus.envs.synth.spec import MAX_ENUM, Operation, load_spec
 from ludus.envs.synth.store import Store
-from ludus.envs.synth.tasks import Goal, GoalError, answer_text, expected_state, grade, make_goal, records_for
+from ludus.envs.synth.tasks import KINDS, Goal, GoalError, answer_text, expected_state, grade, make_goal, records_for
 from ludus.tasks.procedural import check_split, in_eval_bucket
 
 BODY = "body"
@@ -28,6 +29,12 @@ BODY = "body"
 @functools.lru_cache(maxsize=16)
 def _catalog(path: str) -> Catalog:
     return catalog(load_spec(Path(path)))
+
+
+@functools.lru_cache(maxsize=16)
+def _tool_specs(path: str) -> tuple[ToolSpec, ...]:
+    """Every operation's tool: they depend on the document alone, so they are made once, not per episode."""
+    return tuple(operation_tool(op, r) for r in _catalog(path).resources for op in r.operations.values())
 
 
 def operation_tool(op: Operation, resource: Resource) -> ToolSpec:
@@ -80,8 +87,9 @@ class SynthTasks:
             try:
                 records = records_for(env.catalog, data_seed)  # DataError: a draw the schemas refuse (multipleOf)
                 goal = make_goal(env.catalog, records, random.Random(data_seed))
-                held_out = goal is not None and in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction)
-                if goal is None or held_out != (self.split == "eval"):
+                if goal is None or goal.kind not in env.kinds:
+                    continue
+                if in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction) != (self.split == "eval"):
                     continue
                 expected_state(env.catalog, records, goal)  # GoalError: the service refuses it, or it changes nothing
             except (DataError, GoalError):
@@ -92,7 +100,10 @@ class SynthTasks:
                 info={"data_seed": data_seed, "goal": goal.to_info()},
                 source=env.name,
             )
-        raise RuntimeError(f"{env.name} found no {self.split} task in {self.MAX_TRIES} tries")
+        raise RuntimeError(
+            f"{env.name} found no {self.split} task of the kinds {', '.join(env.kinds)} in {self.MAX_TRIES} tries "
+            "(SYNTH.md lists the operations each kind needs)"
+        )
 
 
 class SynthEnv(ToolEnv):
@@ -103,11 +114,20 @@ class SynthEnv(ToolEnv):
     max_turns = 12
     max_tool_calls = 20
     reward_range = (0.0, 1.0)
+    answers_in_tools = True  # a lookup's answer is in the records the tools return: that is how it is found
 
-    def __init__(self, tasks: Any = None, *, seed: int = 0, eval_fraction: float = 0.2):
+    def __init__(
+        self, tasks: Any = None, *, seed: int = 0, eval_fraction: float = 0.2, kinds: Sequence[str] | None = None
+    ):
+        """``kinds``: the goals to draw (default all of ``create``, ``update``, ``delete``, ``count``,
+        ``lookup``): a run on reports alone, or a curriculum that starts with them."""
         super().__init__(tasks)
         self.catalog = _catalog(str(self.spec_path))
         self.seed, self.eval_fraction = seed, eval_fraction
+        chosen = KINDS if kinds is None else kinds
+        if isinstance(chosen, str) or not chosen or not set(chosen) <= set(KINDS):
+            raise ValueError(f"kinds names goals among {', '.join(KINDS)}, as a list; got {kinds!r}")
+        self.kinds = tuple(k for k in KINDS if k in chosen)
         self.store: Store | None = None
 
     def default_tasks(self, split: Split = "train") -> SynthTasks:
@@ -132,9 +152,7 @@ class SynthEnv(ToolEnv):
 
     def tool_functions(self) -> list[Tool]:
         return [
-            Tool(functools.partial(self._operate, op.name), spec=operation_tool(op, resource))
-            for resource in self.catalog.resources
-            for op in resource.operations.values()
+            Tool(functools.partial(self._operate, spec.name), spec=spec) for spec in _tool_specs(str(self.spec_path))
         ]
 
     def _operate(self, operation: str, /, **arguments: Any) -> str:

@@ -1,5 +1,7 @@
 """``ludus synth SPEC -o FOLDER``: a Python package holding one tool environment made from an
 OpenAPI document, with a ``ludus.envs`` entry point, and its report of what was left out.
+``ludus synth --mcp COMMAND --rubric RUBRIC -o FOLDER`` writes the same kind of package around a
+user's MCP server (:func:`synthesize_mcp`; the environment is ``ludus.envs.synth.mcp.McpEnv``).
 
 The package holds the document itself (the simulation reads it when the environment is made)
 and a class of three lines; everything else is :class:`~ludus.envs.synth.env.SynthEnv`'s. The
@@ -11,6 +13,7 @@ environment.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -95,18 +98,13 @@ def synthesize(spec_path: Path, out: Path, name: str | None = None, force: bool 
     if not NAME.fullmatch(env_name):
         raise ValueError(f"--name must be lowercase letters, digits and '-', starting with a letter; got {env_name!r}")
     module = "ludus_synth_" + env_name.replace("-", "_")
-    document = spec_path.read_bytes()  # before --force removes anything: the document may be the old package's
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} is a file, not a folder: choose another place for the package")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise FileExistsError(f"{out} is not empty: choose another folder or pass --force to replace it")
-        if not _written_by_synth(out):
-            raise FileExistsError(f"{out} holds something other than a package ludus synth wrote: not replacing it")
-        shutil.rmtree(out)
+    # before --force removes anything (the document may be the old package's); one that refers to other files is
+    # carried bundled, those files in it (spec.py's bundle()), so the package reads the same without them
+    document = spec.bundled() if spec.files else spec_path.read_bytes()
+    _clear(out, force)
     package = out / module
     package.mkdir(parents=True)
-    suffix = ".json" if spec_path.suffix.lower() == ".json" else ".yaml"
+    suffix = ".json" if spec.files or spec_path.suffix.lower() == ".json" else ".yaml"
     (package / f"api{suffix}").write_bytes(document)
     title = printable(spec.title)[:200]
     description = printable(f"the {spec.title[:200]} API (simulated): {', '.join(r.name for r in found.resources)}")
@@ -141,6 +139,20 @@ def synthesize(spec_path: Path, out: Path, name: str | None = None, force: bool 
     made = Made(out, env_name, module, found, kinds)
     (out / "SYNTH.md").write_text(made.report(), encoding="utf-8")
     return made
+
+
+def _clear(out: Path, force: bool, remove: bool = True) -> None:
+    """Make room for a package at ``out``: a folder that is empty or missing, or (with ``force``)
+    one holding only a package ludus synth wrote, removed when ``remove``; else FileExistsError."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file, not a folder: choose another place for the package")
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise FileExistsError(f"{out} is not empty: choose another folder or pass --force to replace it")
+        if not _written_by_synth(out):
+            raise FileExistsError(f"{out} holds something other than a package ludus synth wrote: not replacing it")
+        if remove:
+            shutil.rmtree(out)
 
 
 def _check(spec_path: Path) -> tuple[Spec, Catalog, list[str]]:
@@ -185,3 +197,86 @@ def _slug(title: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
     slug = slug if slug and slug[0].isalpha() else f"api-{slug}"
     return slug[:41].strip("-")
+
+
+# ---- from an MCP server ---------------------------------------------------------------------
+
+
+@dataclass
+class McpMade:
+    folder: Path
+    env_name: str
+    module: str
+    text: str  # SYNTH.md
+
+    def report(self) -> str:
+        return self.text
+
+
+def synthesize_mcp(
+    command: str, rubric_path: Path, out: Path, name: str | None = None, force: bool = False, timeout: float = 30.0
+) -> McpMade:
+    """Start the MCP server ``command`` (split as a shell would, run in the current folder), list
+    its tools, check the rubric against them, try each of its tasks, and write the package."""
+    from ludus.core.env import require
+    from ludus.envs.synth.mcp import McpEnv, plan, resolve_command
+
+    require(McpEnv.requires, "ludus synth --mcp")
+    if name is not None and not NAME.fullmatch(name):
+        raise ValueError(f"--name must be lowercase letters, digits and '-', starting with a letter; got {name!r}")
+    if not timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {timeout}")
+    cwd = Path.cwd()
+    argv = resolve_command(command, cwd)
+    rubric = rubric_path.read_bytes()  # before --force removes anything: the rubric may be the old package's
+    _clear(out, force, remove=False)  # refused before the server is started
+    found = plan(argv, cwd, rubric, rubric_path.name, timeout)
+    env_name = name or _slug(found.server.get("name") or "mcp-server")
+    if not NAME.fullmatch(env_name):
+        raise ValueError(f"--name must be lowercase letters, digits and '-', starting with a letter; got {env_name!r}")
+    module = "ludus_synth_" + env_name.replace("-", "_")
+    _clear(out, force)
+    package = out / module
+    package.mkdir(parents=True)
+    server = printable(found.server.get("name") or "MCP")[:200]
+    tools = [t["name"] for t in found.tools]
+    description = printable(f"the {server} MCP server: {', '.join(tools)}"[:500])
+    (package / "server.json").write_text(
+        json.dumps({"command": found.argv, "cwd": found.cwd}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (package / "tools.json").write_text(
+        json.dumps({"server": found.server, "tools": found.tools}, indent=2, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    (package / "rubric.yaml").write_bytes(rubric)
+    docstring = f"{server}: a tool environment made by `ludus synth --mcp` (server.json, tools.json, rubric.yaml)."
+    (package / "__init__.py").write_text(
+        f"{docstring!r}\n\n"  # a string literal, whatever the server's name holds: never code
+        "from pathlib import Path\n\n"
+        "from ludus.envs.synth.mcp import McpEnv\n\n\n"
+        "class Env(McpEnv):\n"
+        f"    name = {env_name!r}\n"
+        f"    description = {description!r}\n"
+        "    folder = Path(__file__).parent\n",
+        encoding="utf-8",
+    )
+    (out / "pyproject.toml").write_text(
+        "[build-system]\n"
+        'requires = ["setuptools>=61"]\n'
+        'build-backend = "setuptools.build_meta"\n\n'
+        "[project]\n"
+        f'name = "{module.replace("_", "-")}"\n'
+        'version = "0.1.0"\n'
+        f"description = {toml_string(description)}\n"
+        'dependencies = ["mcp>=2.3,<3", "jsonschema>=4.18"]  # and ludus itself\n\n'
+        '[project.entry-points."ludus.envs"]\n'
+        f'{env_name} = "{module}:Env"\n\n'
+        "[tool.setuptools]\n"
+        f'packages = ["{module}"]\n\n'
+        "[tool.setuptools.package-data]\n"
+        f'{module} = ["server.json", "tools.json", "rubric.yaml"]\n',
+        encoding="utf-8",
+    )
+    made = McpMade(out, env_name, module, found.report(env_name, module))
+    (out / "SYNTH.md").write_text(made.text, encoding="utf-8")
+    return made

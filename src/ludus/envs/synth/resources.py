@@ -101,6 +101,12 @@ def catalog(spec: Spec) -> Catalog:
         resource.operations[verb] = op
     kept = []
     for resource in found.values():
+        parent = next((c for c in found if resource.collection.startswith(c + "/")), None)
+        if parent is not None:  # /pet/findByStatus beside /pet: a search or an action, not a table of its own
+            why = f"a path under the collection {parent} (a search, a view or an action on it): its effect is not in "
+            why += "the document"
+            skipped += [Skipped(op.label, why) for op in resource.operations.values()]
+            continue
         problem = _complete(resource, notes)
         if problem:
             skipped += [Skipped(op.label, problem) for op in resource.operations.values()]
@@ -110,17 +116,24 @@ def catalog(spec: Spec) -> Catalog:
 
 
 def merged(schema: dict[str, Any]) -> dict[str, Any]:
-    """An object schema with ``allOf`` folded in (properties and required lists joined), the
-    shape the simulation reads records by."""
+    """A schema with ``allOf`` folded in (properties and required lists joined, an enum, a
+    format or a bound a part has and the schema does not taken from it), the shape the
+    simulation reads records and values by: 3.0 wraps a ``$ref`` in ``allOf`` to add a default."""
     out = {k: v for k, v in schema.items() if k != "allOf"}
-    for part in schema.get("allOf", []):
+    for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+        if not isinstance(part, dict):
+            continue
         part = merged(part)
-        out.setdefault("type", part.get("type"))
-        out["properties"] = {**out.get("properties", {}), **part.get("properties", {})}
-        out["required"] = [
-            *out.get("required", []),
-            *[r for r in part.get("required", []) if r not in out.get("required", [])],
-        ]
+        if out.get("type") is None:  # the first part that has a type gives it
+            out["type"] = part.get("type")
+        for key, value in part.items():
+            if key not in ("properties", "required", "additionalProperties", "type", "readOnly", "writeOnly"):
+                out.setdefault(key, value)
+        if isinstance(part.get("properties"), dict):
+            out["properties"] = {**out.get("properties", {}), **part["properties"]}
+        if isinstance(part.get("required"), list):
+            out["required"] = [*out.get("required", []),
+                               *[r for r in part["required"] if r not in out.get("required", [])]]  # fmt: skip
         if part.get("additionalProperties") is False and "additionalProperties" not in out:
             out["additionalProperties"] = False
     if out.get("type") is None and "properties" in out:
@@ -156,6 +169,10 @@ def _complete(resource: Resource, notes: list[Skipped]) -> str | None:
                 notes.append(Skipped(listing.label, f"the query parameter {param.name!r} matches no property of a "
                                                     "record: left out of the tool"))  # fmt: skip
         resource.envelope, resource.total = _envelope(listing, resource)
+    if id_field is None:  # no record path, no id: the simulation numbers the records itself
+        resource.schema = {**schema, "properties": {**props, "id": {"type": "integer", "readOnly": True}}}
+        notes.append(Skipped(resource.collection, "its records have no id in the document: the simulation numbers "
+                                                  "them (a readOnly 'id')"))  # fmt: skip
     return None
 
 

@@ -13,6 +13,7 @@ import copy
 import json
 import math
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import SchemaError, ValidationError
 from referencing.exceptions import Unresolvable
 
-from ludus.envs.synth.resources import Catalog, Resource
+from ludus.envs.synth.resources import Catalog, Resource, merged
 from ludus.envs.synth.spec import Operation
 
 DEFAULT_PAGE = 10
@@ -140,6 +141,7 @@ class Store:
         record[resource.id_field] = self._next_id(resource)
         for prop in resource.schema.get("required", []):
             schema = resource.properties.get(prop, {})
+            schema = merged(schema) if isinstance(schema, dict) else {}  # a default or an enum within allOf too
             if prop in record:
                 continue
             if "default" in schema:
@@ -152,16 +154,12 @@ class Store:
         """The next id no record of ``resource`` has had: a deleted record's id is not given
         again (a record deleted and made anew is a new record, as in a real service)."""
         table = self.tables[resource.name]
-        kind = resource.properties.get(resource.id_field, {}).get("type", "integer")
         numbers = [k for k in table if isinstance(k, int) and not isinstance(k, bool)]
         n = max([self.issued[resource.name], *numbers]) + 1
-        if "integer" in (kind if isinstance(kind, list) else [kind]):
-            self.issued[resource.name] = n
-            return n
-        while f"{resource.name[:3]}-{n}" in table:
+        while record_id(resource, n) in table:
             n += 1
         self.issued[resource.name] = n
-        return f"{resource.name[:3]}-{n}"
+        return record_id(resource, n)
 
     def _error(self, op: Operation, status: int, message: str) -> Reply:
         """An error as the document declares it: its status if declared, else the declared
@@ -241,6 +239,21 @@ def request_schema(schema: dict[str, Any], read_only: list[str]) -> dict[str, An
         if isinstance(out.get(key), list):
             out[key] = [request_schema(part, read_only) for part in out[key]]
     return out
+
+
+def record_id(resource: Resource, n: int) -> Any:
+    """The id of the ``n``-th record of ``resource`` (from 1): ``n`` where ids are numbers; for
+    text ids the first of ``abc-n``, ``n`` and a UUID (named by the resource and ``n``) that fits
+    the id's schema (its format, length or pattern), else ``abc-n`` (the records are refused)."""
+    schema = resource.properties.get(resource.id_field, {})
+    schema = schema if isinstance(schema, dict) else {}
+    kind = schema.get("type", "integer")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "integer" in kinds or ("number" in kinds and "string" not in kinds):
+        return n
+    made = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ludus-synth:{resource.name}:{n}"))
+    tries = [made] if schema.get("format") == "uuid" else [f"{resource.name[:3]}-{n}", str(n), made]
+    return next((t for t in tries if invalid(t, schema) is None), tries[0])
 
 
 def _find(table: dict[Any, Any], key: Any) -> Any:

@@ -32,6 +32,7 @@ from ludus.tasks.answers import final_answer
 KINDS = ("create", "update", "delete", "count", "lookup")
 CHANGES = ("create", "update", "delete")
 RECORDS = 8  # per resource and task
+MAX_ANSWER = 200  # characters of a report's answer: a lookup never asks for a whole nested tree
 
 
 class GoalError(Exception):
@@ -88,17 +89,17 @@ def _keys(r: Resource) -> list[str]:
 
 def _settable(r: Resource) -> list[str]:
     """What a create sets: the body's properties a record has, but the service's own (``readOnly``)."""
-    body = merged_body(r, "create")
-    return [p for p in body.get("properties", {}) if p in r.properties and p not in _read_only(r)]
+    body, read_only = merged_body(r, "create"), _read_only(r)
+    return [p for p in body.get("properties", {}) if p in r.properties and p not in read_only]
 
 
 def _changeable(r: Resource) -> list[str]:
     verb = "update" if "update" in r.operations else "replace"
-    body = merged_body(r, verb)
+    body, keys, read_only = merged_body(r, verb), _keys(r), _read_only(r)
     return [
         p
         for p in body.get("properties", {})
-        if p not in _keys(r) and p != r.id_field and p in r.properties and p not in _read_only(r)
+        if p not in keys and p != r.id_field and p in r.properties and p not in read_only
     ]
 
 
@@ -112,6 +113,7 @@ def _shown(r: Resource) -> list[str]:
 
 def _countable(r: Resource, prop: str) -> bool:
     schema = r.properties.get(prop, {})
+    schema = merged(schema) if isinstance(schema, dict) else {}  # an enum within allOf (3.0's $ref beside a default)
     return bool(schema.get("enum")) or schema.get("type") == "boolean"
 
 
@@ -170,9 +172,9 @@ def _page(r: Resource, index: int) -> dict[str, Any]:
 
 
 def _create(catalog: Catalog, r: Resource, records: dict, rng: random.Random) -> Goal | None:
-    body_schema = merged_body(r, "create")
-    required = [p for p in body_schema.get("required", []) if p in _settable(r)]  # a readOnly id is not asked for
-    optional = [p for p in _settable(r) if p not in required]
+    body_schema, settable = merged_body(r, "create"), _settable(r)
+    required = [p for p in body_schema.get("required", []) if p in settable]  # a readOnly id is not asked for
+    optional = [p for p in settable if p not in required]
     chosen = required + rng.sample(optional, k=min(len(optional), rng.randint(0, 1)))
     keys = foreign_keys(r, catalog)
     body, words, calls, who = {}, [], [], person(r, rng)
@@ -230,6 +232,8 @@ def _lookup(catalog: Catalog, r: Resource, records: dict, rng: random.Random) ->
     prop = rng.choice(_shown(r))
     if prop not in row:
         return None
+    if not answer_text(row[prop]).strip() or len(answer_text(row[prop])) > MAX_ANSWER:
+        return None  # an empty text cannot be answered (<answer></answer> is no answer), a whole tree should not be
     naming, calls, ident = _naming(r, row)
     if not calls and "read" in r.operations:
         calls = [(r.operations["read"].name, {r.id_param: _path_id(r, ident)})]
