@@ -86,8 +86,8 @@ class SynthTasks:
             data_seed = f"{env.name}:{self.seed}:{self.split}:{index}:{attempt}"
             try:
                 records = records_for(env.catalog, data_seed)  # DataError: a draw the schemas refuse (multipleOf)
-                goal = make_goal(env.catalog, records, random.Random(data_seed))
-                if goal is None or goal.kind not in env.kinds:
+                goal = make_goal(env.catalog, records, random.Random(data_seed), env.kinds)
+                if goal is None:
                     continue
                 if in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction) != (self.split == "eval"):
                     continue

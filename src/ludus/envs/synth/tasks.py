@@ -55,10 +55,13 @@ def records_for(catalog: Catalog, data_seed: str) -> dict[str, list[dict[str, An
     return seed_records(catalog, random.Random(data_seed), RECORDS)
 
 
-def make_goal(catalog: Catalog, records: dict[str, list[dict[str, Any]]], rng: random.Random) -> Goal | None:
-    """One goal for these records, or ``None`` when the draw fits nothing (the caller draws again)."""
+def make_goal(
+    catalog: Catalog, records: dict[str, list[dict[str, Any]]], rng: random.Random, kinds: tuple[str, ...] = KINDS
+) -> Goal | None:
+    """One goal of one of ``kinds`` for these records, or ``None`` when the draw fits nothing (the
+    caller draws again)."""
     resource = rng.choice(catalog.resources)
-    kind = rng.choice([k for k in KINDS if _possible(k, resource)] or ["none"])
+    kind = rng.choice([k for k in KINDS if k in kinds and _possible(k, resource)] or ["none"])
     rows = records[resource.name]
     if kind == "none" or not rows:
         return None
