@@ -115,6 +115,31 @@ def vs_greedy(record: dict, self_play: bool) -> tuple[float, float, float]:
     )
 
 
+def headroom(env, size: int) -> str:
+    """How well anyone can do against greedy on the held-out starts: each scripted player's score
+    in the learner's seat, and the share of starts from which a win can be forced against greedy's
+    (deterministic) replies — the most any policy can win."""
+    import random
+
+    tasks = [env.task_source("eval").get(i) for i in range(size)]
+    scores = {}
+    for name, player in sorted(env.game.players().items()):
+        total = 0.0
+        for task in tasks:
+            setup = env.setup_of(task)
+            state = env.start_state(setup)
+            while not env.game.terminal(state):
+                if env.game.to_move(state) == setup.seat:
+                    state = env.game.apply(state, player(state, random.Random(f"{task.id}:{state!r}")))
+                else:
+                    state = env.game.apply(state, env.opponent_move(setup, state))
+            total += env.game.returns(state)[setup.seat]
+        scores[name] = total / len(tasks)
+    winnable = sum(env.oracle_line(env.setup_of(t)) is not None for t in tasks) / len(tasks)
+    played = ", ".join(f"{k} {v:.3f}" for k, v in scores.items())
+    return f"against greedy on these {size} held-out starts: {played}; a forced win exists from {winnable:.3f} of them"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -140,6 +165,7 @@ def main() -> None:
     env_args = {**json.loads(args.env_args), **ENV_ARGS}
     anchors = calibrate(make(args.env, **env_args))  # as train/selfplay.py fixes them
     print("scripted players' ratings: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(anchors.items())))
+    print(headroom(make(args.env, **env_args), args.eval_size))
     for seed in args.seeds:
         if not args.report:
             train(seed, args)

@@ -546,3 +546,13 @@ def test_a_report_answered_by_changing_the_state_and_tools_after_the_end_earn_no
     assert result.done and result.score.status == Status.WRONG
     with pytest.raises(EnvStateError):
         env.step(Message("assistant", "", [ToolCall("deleteProduct", {"productId": victim}, id="again")]))
+
+
+def test_a_number_answer_is_compared_exactly_not_as_a_float():
+    """Found in session 26's MCP red team (the comparison is shared): floats made 2**53 + 1 equal 2**53."""
+    from ludus.envs.synth.tasks import _same_answer
+
+    assert _same_answer("9007199254740993", 9007199254740993) and not _same_answer("9007199254740993", 2**53)
+    assert all(_same_answer(text, 3) for text in ("3", "3.0", "+3", "3e0", "03", "３"))
+    assert not any(_same_answer(text, 3) for text in ("three", "3 or 4", "1_000", "nan", "3e99999"))
+    assert _same_answer("0.1", 0.1) and _same_answer("4.50", 4.5) and not _same_answer("nan", float("nan"))

@@ -22,12 +22,14 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import json
 import os
 import random
 import re
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ START_TIMEOUT = 30.0  # seconds a server has to answer initialize and list its t
 CALL_TIMEOUT = 30.0  # seconds a server has to answer one tool call
 KILL_GRACE = 1.0  # seconds between SIGTERM to a server's process group and SIGKILL
 SLACK = 5.0  # seconds the caller waits past a time-out the event loop enforces itself
+MAX_SERVER_REQUESTS = 1_000  # requests a server sends the client on one connection (a flood is junk)
 MAX_LINE = 32_000_000  # bytes of one line on a server's stdout
 STDERR_KEPT = 4_000  # bytes of a server's stderr kept, to quote when it fails
 MAX_REPLY = 16_000  # characters of a tool's reply shown to the policy
@@ -59,7 +62,13 @@ MAX_SCHEMA_CHARS = 100_000  # characters of one tool's input schema, as JSON
 MAX_SCHEMA_NODES = 20_000  # schema nodes once references are inlined
 MAX_REF_DEPTH = 4  # a recursive reference is unrolled this deep, then any value
 MAX_RUBRIC_BYTES = 1_000_000
+PROBE_DRAWS = 8  # draws of a task's arguments whose checks synth runs on a fresh server (all must fail)
 TRIES = 50  # draws of a task's arguments before its schema is declared impossible to fill
+MAX_LISTED = 10_000  # tools read from a listing at most (what is past them is never offered)
+MAX_SCHEMA_DEPTH = 64  # arrays and objects within each other in one tool's input schema
+MAX_SERVER_NAME = 200  # characters of the name (and version) a server gives itself
+MAX_LEFT_OUT_SHOWN = 50  # tools left out that SYNTH.md lists one by one
+MARK = "LUDUS_MCP_SERVER"  # in each server's environment: its token, which its descendants inherit
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI-compatible chat APIs accept
 FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")  # a template's {argument}, its escaped braces, a lone brace
 WHOLE = re.compile(r"\{([^{}]+)\}")
@@ -78,6 +87,9 @@ class RubricError(ValueError):
 
 
 # ---- the server process and its session -------------------------------------------------------
+
+
+_STUCK: list[Any] = []  # the portals of loops that did not stop: kept, never collected (that would wait on them)
 
 
 class _Loop:
@@ -99,8 +111,13 @@ class _Loop:
             raise
 
     def close(self) -> None:
-        with contextlib.suppress(RuntimeError):  # stopped already
-            self.portal.call(self.portal.stop, True)
+        try:  # a loop that does not stop in time is left to its (daemon) thread rather than waited on
+            self.portal.start_task_soon(self.portal.stop, True).result(SLACK)
+        except RuntimeError:  # stopped already
+            pass
+        except Exception:  # noqa: BLE001 - stuck: joining its thread would hang, and so would collecting it
+            _STUCK.append(self._cm)
+            return
         with contextlib.suppress(Exception):
             self._cm.__exit__(None, None, None)
 
@@ -150,13 +167,54 @@ def _group_runs(pgid: int) -> bool:
     return False
 
 
-def _kill_groups(pids: set[int]) -> None:
-    """Kill what is left of each process group in ``pids`` (a finalizer: an environment that
-    was never closed, or an interpreter exiting, leaves no server behind)."""
-    for pid in list(pids):
+_tokens = itertools.count()
+
+
+def _marked(token: str) -> list[int]:
+    """The processes whose environment holds ``MARK=token``: a server and its descendants, those
+    that left its process group and session (a daemon's double fork and ``setsid``) included, as
+    long as they keep the environment they were started with. Empty where ``/proc`` cannot tell."""
+    needle = f"\0{MARK}={token}\0".encode()
+    found = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                with open(f"{entry.path}/environ", "rb") as environ:
+                    data = environ.read()
+            except OSError:  # gone, or another user's
+                continue
+            if needle in b"\0" + data:
+                found.append(int(entry.name))
+    return found
+
+
+def _kill_marked(token: str, rounds: int = 20) -> list[int]:
+    """SIGKILL every process :func:`_marked` finds, again until none is left (one that forks
+    while it is killed leaves a child that a second look finds); what is still found at the end."""
+    for _ in range(rounds):
+        found = _marked(token)
+        if not found:
+            return []
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+    return _marked(token)
+
+
+def _kill_groups(pids: dict[int, str]) -> None:
+    """Kill what is left of each server in ``pids`` (its process group, and whatever carries its
+    token): a finalizer, so an environment never closed, or an interpreter exiting, leaves no
+    server behind."""
+    for pid, token in list(pids.items()):
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
-        pids.discard(pid)
+        _kill_marked(token)
+        pids.pop(pid, None)
 
 
 class Server:
@@ -175,14 +233,16 @@ class Server:
         *,
         start_timeout: float = START_TIMEOUT,
         call_timeout: float = CALL_TIMEOUT,
-        pids: set[int] | None = None,
+        pids: dict[int, str] | None = None,
     ):
         self.loop, self.argv, self.cwd = loop, list(argv), cwd
         self.start_timeout, self.call_timeout = start_timeout, call_timeout
-        self.pids = pids if pids is not None else set()
+        self.pids = pids if pids is not None else {}  # process group -> token, of the servers not yet ended
+        self.token = f"{os.getpid()}.{next(_tokens)}.{random.SystemRandom().getrandbits(64):016x}"
         self.pid: int | None = None
         self.process: Any = None
-        self.junk: str | None = None
+        self.junk: str | None = None  # what it wrote on stdout that ended the connection (or why it ended)
+        self.junk_is_line = True  # junk is a line it wrote (else the protocol rule it broke)
         self.stderr = bytearray()
         self.session: Any = None
         self.info: dict[str, Any] = {}
@@ -194,6 +254,7 @@ class Server:
         self._stderr_read: Any = None  # set once its stderr has been read to the end
         self._stopping = False
         self._launched = False
+        self._eof = False  # its stdout ended, junk ended the reading, or its stdin closed: the connection is closed
 
     # -- the synchronous face --
     def launch(self) -> None:
@@ -236,15 +297,14 @@ class Server:
     def close(self) -> None:
         """End the server's process group; returns once it is gone (a few seconds at most)."""
         if self._launched and not self._ended.is_set():
-            try:
-                self.loop.portal.call(self._request_stop)
-            except Exception:  # noqa: BLE001 - the loop is gone: the kill below is all there is
+            try:  # never a wait without an end: a loop that cannot run it is passed over
+                self.loop.portal.start_task_soon(self._request_stop).result(SLACK)
+            except Exception:  # noqa: BLE001 - the loop is gone or stuck: the kill below is all there is
                 pass
             else:
                 self._ended.wait(KILL_GRACE + 2 * SLACK)
         if self.pid is not None and self.pid in self.pids:  # the loop could not: kill it from here
-            _kill_groups({self.pid})
-            self.pids.discard(self.pid)
+            _kill_groups({self.pid: self.pids.pop(self.pid)})
 
     @property
     def broken(self) -> bool:
@@ -261,7 +321,6 @@ class Server:
     async def _run(self) -> None:
         """Holds the process and the session open until ``close``."""
         import anyio
-        from mcp import ClientSession
 
         self._scope = anyio.CancelScope()
         if self._stopping:  # closed before it began: nothing to start
@@ -270,7 +329,7 @@ class Server:
             return
         try:
             with self._scope:
-                async with self._stdio() as (read, write), ClientSession(read, write) as session:
+                async with self._stdio() as (read, write), _session_class()(read, write) as session:
                     self.session = session
                     self._listed.set_result(await self._initialize())
                     await anyio.sleep_forever()
@@ -296,25 +355,33 @@ class Server:
         import anyio
         import mcp.types as types
 
+        tools: list[dict[str, Any]] = []
         try:
             with anyio.fail_after(self.start_timeout):
                 init = await self.session.initialize()
-                tools: list[Any] = []
                 cursor = None
                 for _ in range(MAX_PAGES):
                     params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
                     page = await self.session.list_tools(params=params)
-                    tools += page.tools
+                    # kept as they are listed, descriptions cut: a listing of pages of megabytes is not held whole
+                    tools += [
+                        {
+                            "name": t.name,
+                            "description": (t.description or "")[:2000],
+                            "inputSchema": t.input_schema or {},
+                            **_hints(t),
+                        }
+                        for t in page.tools
+                    ]
                     cursor = page.next_cursor
-                    if not cursor:
+                    if not cursor or len(tools) >= MAX_LISTED:
                         break
         except Exception as exc:  # noqa: BLE001 - every failure becomes one sentence
             raise await self._failure(exc, STARTING, self.start_timeout) from None
         info = getattr(init, "server_info", None)
-        self.info = {"name": str(getattr(info, "name", "") or ""), "version": str(getattr(info, "version", "") or "")}
-        return [
-            {"name": t.name, "description": t.description or "", "inputSchema": t.input_schema or {}} for t in tools
-        ]
+        # its name goes into every prompt (and the package's name): of sane length, whatever the server sends
+        self.info = {k: str(getattr(info, k, "") or "")[:MAX_SERVER_NAME] for k in ("name", "version")}
+        return tools[:MAX_LISTED]
 
     async def _call(self, name: str, arguments: dict[str, Any], timeout: float) -> CallResult:
         import anyio
@@ -324,7 +391,9 @@ class Server:
             with anyio.fail_after(timeout):
                 result = await self.session.call_tool(name, arguments)
         except MCPError as exc:
-            if exc.error.code in (-32000, -32001) or self._gone():  # connection closed, request timed out
+            # the SDK says a closed connection with -32000, which a server may answer too (JSON-RPC's
+            # "server error" range): closed is what the reading of its stdout saw
+            if self._eof or self._gone():
                 raise await self._failure(exc, f"on tools/call {name}", timeout) from None
             return CallResult(f"{exc.error.message}"[:MAX_REPLY], True)  # a JSON-RPC error answer: the call's
         except Exception as exc:  # noqa: BLE001 - a timeout, a result that breaks the protocol
@@ -356,6 +425,8 @@ class Server:
             else ""
         )
         said = f"; its last line on stderr: {said!r}" if said else ""
+        if self.junk is not None and not self.junk_is_line:
+            return f"the MCP server broke the protocol {what}: {printable(self.junk)}"
         if self.junk is not None:
             return (f"the MCP server wrote a line to stdout that is not JSON-RPC {what} ({printable(self.junk)!r}): a "
                     "server over stdio may write only protocol messages there (log to stderr)")  # fmt: skip
@@ -365,7 +436,8 @@ class Server:
             return f"the MCP server {how} {what}{said}"
         if isinstance(exc, TimeoutError):
             return f"the MCP server did not answer within {timeout:g} s {what}{said}"
-        return printable(f"the MCP server failed {what}: {type(exc).__name__}: {str(exc)[:300]}{said}")
+        told = " ".join(str(exc).split())[:300]  # a pydantic error's lines, on one
+        return printable(f"the MCP server failed {what}: {type(exc).__name__}: {told}{said}")
 
     @contextlib.asynccontextmanager
     async def _stdio(self) -> Any:
@@ -376,33 +448,43 @@ class Server:
         from mcp.shared.message import SessionMessage
 
         with anyio.CancelScope(shield=True):  # a spawn cancelled halfway would leave a process no one ends
-            process = await anyio.open_process(self.argv, cwd=self.cwd, env=dict(os.environ), start_new_session=True)
+            env = {**os.environ, MARK: self.token}
+            process = await anyio.open_process(self.argv, cwd=self.cwd, env=env, start_new_session=True)
             self.process, self.pid = process, process.pid
-            self.pids.add(process.pid)
+            self.pids[process.pid] = self.token
         self._stderr_read = anyio.Event()
         read_send, read_recv = anyio.create_memory_object_stream[Any](0)
         write_send, write_recv = anyio.create_memory_object_stream[Any](0)
         closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
 
         async def read_stdout() -> None:
-            buffer = b""
-            with contextlib.suppress(*closed):
-                async with read_send:
-                    async for chunk in process.stdout:
-                        lines = (buffer + chunk).split(b"\n")
-                        buffer = lines.pop()
-                        if len(buffer) > MAX_LINE:
-                            self.junk = f"a line of more than {MAX_LINE} bytes"
-                            return
-                        for line in lines:
-                            if not line.strip():
-                                continue
-                            try:
-                                message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                            except ValueError:
-                                self.junk = line[:200].decode("utf-8", "replace")
-                                return  # closing the stream ends the session's requests
-                            await read_send.send(SessionMessage(message))
+            buffer = bytearray()  # grown and cut in place: a long line costs its length, not its square
+            asked = 0  # requests from the server (sampling, roots, elicitation, ping): each is refused or answered
+            try:
+                with contextlib.suppress(*closed):
+                    async with read_send:
+                        async for chunk in process.stdout:
+                            start = len(buffer)  # what is before it holds no line break
+                            buffer += chunk
+                            while (end := buffer.find(b"\n", start)) >= 0:
+                                line, start = bytes(buffer[:end]), 0
+                                del buffer[: end + 1]
+                                if not line.strip():
+                                    continue
+                                message = _message(line)
+                                if isinstance(message, mcp_types.JSONRPCRequest):  # each is a task of the SDK's
+                                    asked += 1
+                                    if asked > MAX_SERVER_REQUESTS:
+                                        message = _Broke(f"it sent the client more than {MAX_SERVER_REQUESTS} requests")
+                                if isinstance(message, str):  # a line that is no message, or a _Broke
+                                    self.junk, self.junk_is_line = str(message), not isinstance(message, _Broke)
+                                    return  # closing the stream ends the session's requests
+                                await read_send.send(SessionMessage(message))
+                            if len(buffer) > MAX_LINE:
+                                self.junk, self.junk_is_line = f"it wrote a line of more than {MAX_LINE} bytes", False
+                                return
+            finally:
+                self._eof = True
 
         async def write_stdin() -> None:
             try:
@@ -411,6 +493,7 @@ class Server:
                         data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                         await process.stdin.send(data.encode())
             except closed:
+                self._eof = True  # its stdin is closed: so is the connection
                 with contextlib.suppress(*closed):
                     await read_send.aclose()
 
@@ -437,7 +520,8 @@ class Server:
                 tasks.cancel_scope.cancel()
 
     async def _end(self, process: Any) -> None:
-        """SIGTERM to the group, a grace period, SIGKILL to the group (its children too)."""
+        """SIGTERM to the group, a grace period, SIGKILL to the group (its children too), then
+        SIGKILL to whatever still carries the server's token (its descendants that left the group)."""
         import anyio
 
         with contextlib.suppress(Exception):
@@ -451,6 +535,8 @@ class Server:
         with anyio.move_on_after(2.0):  # the children of the group die of the SIGKILL: see them gone
             while _group_runs(process.pid):
                 await anyio.sleep(0.01)
+        # and those that left the group (a daemon: fork, setsid, fork) by the token they inherited
+        escaped = await anyio.to_thread.run_sync(_kill_marked, self.token)
         for stream in (process.stdout, process.stderr):
             with contextlib.suppress(Exception):
                 await stream.aclose()
@@ -459,8 +545,40 @@ class Server:
         transport = getattr(getattr(process, "_process", None), "_transport", None)
         with contextlib.suppress(Exception):
             transport.close()
-        if process.returncode is not None:
-            self.pids.discard(process.pid)
+        if process.returncode is not None and not escaped:
+            self.pids.pop(process.pid, None)
+
+
+class _Broke(str):
+    """Why a server's output ended its connection, when no line of it is to blame."""
+
+
+def _message(line: bytes) -> Any:
+    """The JSON-RPC message ``line`` holds; else the line (cut), or :class:`_Broke` saying why."""
+    import mcp_types
+
+    try:
+        return mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as exc:
+        if "recursion limit" in str(exc):  # the SDK reads JSON nested some 200 deep at most
+            return _Broke(f"it wrote a JSON message nested too deep to read ({line[:80].decode('utf-8', 'replace')}…)")
+        return line[:200].decode("utf-8", "replace")
+
+
+@functools.cache
+def _session_class() -> type:
+    """The SDK's client session, less its check of tool results against the tools' output
+    schemas: nothing here relies on it, and a server's schema could make it run for ever (a
+    ``pattern`` Python's ``re`` backtracks on holds the interpreter's lock: the whole process
+    would stop, time-outs included). Requests from the server (sampling, roots, elicitation)
+    are refused, as the SDK's defaults do."""
+    from mcp import ClientSession
+
+    class Session(ClientSession):
+        async def validate_tool_result(self, name: str, result: Any) -> None:
+            return None
+
+    return Session
 
 
 def _result(result: Any) -> CallResult:
@@ -509,10 +627,44 @@ def snapshot(listed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[t
             continue
         names.add(name)
         kept.append({"name": name, "description": str(tool["description"])[:2000], "inputSchema": schema})
+        if isinstance(tool.get("annotations"), dict):
+            kept[-1]["annotations"] = tool["annotations"]
     return kept, left
 
 
+def _hints(tool: Any) -> dict[str, Any]:
+    """The tool's hints of what it changes (``readOnlyHint``, ``destructiveHint``), where the server gives any."""
+    annotations = getattr(tool, "annotations", None)
+    hints = {}
+    for key, attribute in (("readOnlyHint", "read_only_hint"), ("destructiveHint", "destructive_hint")):
+        value = getattr(annotations, attribute, None)
+        if isinstance(value, bool):
+            hints[key] = value
+    return {"annotations": hints} if hints else {}
+
+
+def writes(tool: dict[str, Any]) -> str | None:
+    """How the server says ``tool`` changes its state (not read-only, or destructive), or ``None``."""
+    hints = tool.get("annotations")
+    hints = hints if isinstance(hints, dict) else {}
+    if hints.get("readOnlyHint") is True:
+        return None
+    if hints.get("readOnlyHint") is False:
+        return "not read-only (readOnlyHint: false)"
+    return "destructive (destructiveHint: true)" if hints.get("destructiveHint") is True else None
+
+
 def _too_long(schema: Any) -> bool:
+    """Whether ``schema`` nests deeper than ``MAX_SCHEMA_DEPTH`` or is longer than
+    ``MAX_SCHEMA_CHARS`` as JSON (depth first, without recursion: what nests deeper than Python
+    recurses is never written, compared or drawn from)."""
+    todo = [(schema, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, (dict, list)):
+            if depth >= MAX_SCHEMA_DEPTH:
+                return True
+            todo.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
     try:
         return len(json.dumps(schema)) > MAX_SCHEMA_CHARS
     except (RecursionError, ValueError, TypeError):
@@ -878,6 +1030,11 @@ class _Reader:
         data = self.mapping(data, at, ("call", "expect"), ("call", "expect"))
         call = self.mapping(data["call"], f"{at}.call", ("tool", "arguments"), ("tool",))
         called = self.tool(call["tool"], f"{at}.call.tool")
+        marked = writes(self.tools[called])
+        if marked:
+            why = (f"the server marks {called} {marked}: a check must only read (it runs on a fresh server before the "
+                   "task's call when synth tries the task, and on every episode's server after the reply)")  # fmt: skip
+            raise self.fail(f"{at}.call.tool", why)
         arguments = call.get("arguments", {})
         if not isinstance(arguments, dict):
             raise self.fail(
@@ -1033,7 +1190,11 @@ class Plan:
                 lines.append(f"  - for example: {self.examples[task.index]!r}")
         lines += ["", "## Left out", ""]
         left = [*self.left_out, *((t.where, t.problem or "") for t in rubric.left_out)]
-        lines += [f"- {where}: {why}" for where, why in left] or ["Nothing: every tool is offered, every task kept."]
+        lines += [f"- {where}: {why}" for where, why in left[:MAX_LEFT_OUT_SHOWN]] or [
+            "Nothing: every tool is offered, every task kept."
+        ]
+        if len(left) > MAX_LEFT_OUT_SHOWN:
+            lines.append(f"- and {len(left) - MAX_LEFT_OUT_SHOWN} more")
         lines += ["", "## Notes", ""]
         lines += [f"- {where}: {why}" for where, why in rubric.notes] or ["Nothing."]
         return "\n".join(printable(line) for line in lines) + "\n"
@@ -1070,7 +1231,7 @@ def plan(argv: list[str], cwd: Path, rubric_text: bytes, rubric_name: str, timeo
     and pass after the task's own call (else no policy could earn them). Raises
     :class:`RubricError` (or ``ValueError``) with the reason."""
     loop = _Loop()
-    pids: set[int] = set()
+    pids: dict[int, str] = {}
     try:
         server = Server(loop, argv, str(cwd), start_timeout=timeout, call_timeout=timeout, pids=pids)
         try:
@@ -1096,20 +1257,30 @@ def plan(argv: list[str], cwd: Path, rubric_text: bytes, rubric_name: str, timeo
         loop.close()
 
 
-def _probe(loop: _Loop, found: Plan, task: RubricTask, rubric_name: str, timeout: float, pids: set[int]) -> str:
-    """One task of ``task``'s kind, played as the floor (nothing) and the oracle on one server."""
+def _probe(loop: _Loop, found: Plan, task: RubricTask, rubric_name: str, timeout: float, pids: dict[int, str]) -> str:
+    """One task of ``task``'s kind, played as the floor (nothing) and the oracle on one server;
+    the floor is played for ``PROBE_DRAWS`` draws of its arguments (checks only read): a check
+    that passes on a fresh server for some arguments only (a count of 0, a default value) would
+    pay doing nothing on those tasks."""
     from ludus.envs.synth.package import printable
 
     args = task.draw(random.Random(f"probe:{task.index}"))
+    draws = {canonical_json(args): args}
+    for k in range(1, PROBE_DRAWS):
+        with contextlib.suppress(GenerationError):
+            other = task.draw(random.Random(f"probe:{task.index}:{k}"))
+            draws.setdefault(canonical_json(other), other)
     shown = printable(json.dumps(args, ensure_ascii=False)[:300])
     where = f"{rubric_name}: {task.where}"
     server = Server(loop, found.argv, found.cwd, start_timeout=timeout, call_timeout=timeout, pids=pids)
     try:
         try:
             server.start()
-            if run_checks(server, task, args, timeout) is None:
-                raise RubricError(f"{where}: its checks pass before anything is done (arguments {shown}): they would pay "
-                                  "a policy that does nothing; check for what the task's call changes")  # fmt: skip
+            for drawn in draws.values():
+                if run_checks(server, task, drawn, timeout) is None:
+                    seen = printable(json.dumps(drawn, ensure_ascii=False)[:300])
+                    raise RubricError(f"{where}: its checks pass before anything is done (arguments {seen}): they would "
+                                      "pay a policy that does nothing; check for what the task's call changes")  # fmt: skip
             result = server.call(task.tool, args, timeout)
             if result.is_error:
                 raise RubricError(printable(f"{where}: the task's own call {task.tool}({shown}) fails on the server: "
@@ -1215,7 +1386,7 @@ class McpEnv(ToolEnv):
         self.call_timeout = self.call_timeout if call_timeout is None else float(call_timeout)
         self.server: Server | None = None
         self._loop: _Loop | None = None
-        self._pids: set[int] = set()
+        self._pids: dict[int, str] = {}
         self._finalizer = weakref.finalize(self, _kill_groups, self._pids)
         self._specs = [tool_spec(t) for t in self.package.tools]
         self._schemas = {t["name"]: canonical_json(t["inputSchema"]) for t in self.package.tools}
@@ -1273,11 +1444,16 @@ class McpEnv(ToolEnv):
         return server
 
     def _compare(self, listed: list[dict[str, Any]]) -> None:
-        """The server must still list, with the same arguments, every tool the tasks and checks use."""
-        try:
-            live = {t["name"]: canonical_json(t["inputSchema"]) for t in listed}
-        except (RecursionError, ValueError, TypeError):
-            raise ServerError("the MCP server's tool listing cannot be read as JSON (nested too deep?)") from None
+        """The server must still list, with the same arguments, every tool the tasks and checks use
+        (only those are read: a tool left out for its schema may still be listed)."""
+        used = set(self.rubric.tools_used)
+        live = {}
+        for tool in listed:
+            if tool["name"] in used and tool["name"] not in live:
+                try:
+                    live[tool["name"]] = None if _too_long(tool["inputSchema"]) else canonical_json(tool["inputSchema"])
+                except (RecursionError, ValueError, TypeError):
+                    live[tool["name"]] = None
         for name in self.rubric.tools_used:
             if name not in live:
                 raise ServerError(f"the MCP server no longer lists the tool {name!r} this environment's tasks use "

@@ -14,6 +14,7 @@ environment.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -219,7 +220,7 @@ def synthesize_mcp(
     """Start the MCP server ``command`` (split as a shell would, run in the current folder), list
     its tools, check the rubric against them, try each of its tasks, and write the package."""
     from ludus.core.env import require
-    from ludus.envs.synth.mcp import McpEnv, plan, resolve_command
+    from ludus.envs.synth.mcp import MAX_RUBRIC_BYTES, McpEnv, plan, resolve_command
 
     require(McpEnv.requires, "ludus synth --mcp")
     if name is not None and not NAME.fullmatch(name):
@@ -228,8 +229,21 @@ def synthesize_mcp(
         raise ValueError(f"--timeout must be a positive number of seconds, got {timeout}")
     cwd = Path.cwd()
     argv = resolve_command(command, cwd)
-    rubric = rubric_path.read_bytes()  # before --force removes anything: the rubric may be the old package's
+    if rubric_path.is_dir():
+        raise ValueError(f"--rubric {rubric_path} is a folder, not a rubric file")
+    with rubric_path.open("rb") as file:  # before --force removes anything: the rubric may be the old package's
+        rubric = file.read(MAX_RUBRIC_BYTES + 1)  # what is past the limit is refused, not read (/dev/zero)
+    if len(rubric) > MAX_RUBRIC_BYTES:
+        raise ValueError(f"--rubric {rubric_path} is larger than {MAX_RUBRIC_BYTES:,} bytes")
+    if force and out.is_symlink():
+        raise FileExistsError(
+            f"{out} is a symbolic link: --force replaces a folder ludus synth wrote, not a link to one"
+        )
     _clear(out, force, remove=False)  # refused before the server is started
+    if force and out.exists():  # the server's own files must not be in what --force removes
+        inside = [w for w in argv if os.path.isabs(w) and Path(w).resolve().is_relative_to(out.resolve())]
+        if inside:
+            raise ValueError(f"--mcp runs {inside[0]!r}, which is in {out}: --force would remove it")
     found = plan(argv, cwd, rubric, rubric_path.name, timeout)
     env_name = name or _slug(found.server.get("name") or "mcp-server")
     if not NAME.fullmatch(env_name):

@@ -18,9 +18,12 @@ and for a report the answer with the oracle's.
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 import unicodedata
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from ludus.core.types import Score, Status
@@ -323,15 +326,15 @@ def _nfkc(text: str) -> str:
     return unicodedata.normalize("NFKC", text)
 
 
+NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,4})?")
+
+
 def _same_answer(answer: str, wanted: Any) -> bool:
     text = _nfkc(answer).strip()
     if isinstance(wanted, bool):
         return text.lower() == str(wanted).lower()
-    if isinstance(wanted, (int, float)):
-        try:
-            return float(text) == float(wanted)
-        except ValueError:
-            return False
+    if isinstance(wanted, (int, float)):  # the same number, exactly: 2**53 + 1 is not 2**53, "nan" is nothing
+        return bool(NUMBER.fullmatch(text)) and math.isfinite(wanted) and Decimal(text) == Decimal(repr(wanted))
     if not isinstance(wanted, str):  # a list, an object or null: the same JSON value, however spaced
         try:
             return canonical_json(json.loads(text)) == _nfkc(canonical_json(wanted))
