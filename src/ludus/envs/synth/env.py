@@ -69,6 +69,22 @@ def shown(schema: Any) -> Any:
     return {k: shown(v) for k, v in schema.items() if not (k == "enum" and isinstance(v, list) and len(v) > MAX_ENUM)}
 
 
+def oracle_turn(env: ToolEnv, task: Task, seed: int) -> tuple[list[Message], str]:
+    """A warm start's example from a tool environment's oracle: one turn of its episode, drawn by
+    the seed — the conversation so far and the oracle's message, its tool calls written as the
+    embedded model writes them."""
+    obs = env.reset(task, seed)
+    conversation, turns = list(obs.messages), []
+    for message in env.reference_actions(task) or []:
+        turns.append((conversation, message))
+        result = env.step(message)
+        if result.done:
+            break
+        conversation = [*conversation, message, *result.observation.messages]
+    conversation, message = random.Random(f"{env.name}:{task.id}:{seed}:warm start").choice(turns)
+    return conversation, message.content + (render_tool_calls(message.tool_calls) if message.tool_calls else "")
+
+
 class SynthTasks:
     """An endless, seeded task source: task ``i`` draws its records and one goal from
     ``Random(f"{api}:{seed}:{split}:{i}")``; train and eval are disjoint by the goal's text."""
@@ -182,18 +198,7 @@ class SynthEnv(ToolEnv):
         return [*turns, Message("assistant", final)]
 
     def reference_example(self, task: Task, seed: int) -> tuple[list[Message], str] | None:
-        """One turn of the oracle's episode, drawn by the seed: the conversation so far and the
-        oracle's message, its tool calls written as the embedded model writes them."""
-        obs = self.reset(task, seed)
-        conversation, turns = list(obs.messages), []
-        for message in self.reference_actions(task) or []:
-            turns.append((conversation, message))
-            result = self.step(message)
-            if result.done:
-                break
-            conversation = [*conversation, message, *result.observation.messages]
-        conversation, message = random.Random(f"{self.name}:{task.id}:{seed}:warm start").choice(turns)
-        return conversation, message.content + (render_tool_calls(message.tool_calls) if message.tool_calls else "")
+        return oracle_turn(self, task, seed)
 
     def cheats(self, task: Task) -> dict[str, list[Message]]:
         """Replies that must earn nothing: claiming success without calls, deleting everything

@@ -39,9 +39,10 @@ from typing import Any, ClassVar
 import yaml
 
 from ludus.core.env import Split, ToolEnv
-from ludus.core.tools import Tool, ToolError, render_tool_calls
+from ludus.core.tools import Tool, ToolError
 from ludus.core.types import InfraError, Message, Observation, Score, Status, Task, ToolCall, ToolSpec
 from ludus.envs.synth.data import value
+from ludus.envs.synth.env import oracle_turn
 from ludus.envs.synth.resources import merged
 from ludus.envs.synth.store import invalid, unreadable
 from ludus.envs.synth.tasks import _same_answer, answer_text, canonical_json
@@ -1514,18 +1515,7 @@ class McpEnv(ToolEnv):
         return [Message("assistant", "", [ToolCall(spec.tool, dict(args), id="call_0")]), Message("assistant", final)]
 
     def reference_example(self, task: Task, seed: int) -> tuple[list[Message], str] | None:
-        """One turn of the oracle's episode, drawn by the seed: the conversation so far and the
-        oracle's message, its tool calls written as the embedded model writes them."""
-        obs = self.reset(task, seed)
-        conversation, turns = list(obs.messages), []
-        for message in self.reference_actions(task) or []:
-            turns.append((conversation, message))
-            result = self.step(message)
-            if result.done:
-                break
-            conversation = [*conversation, message, *result.observation.messages]
-        conversation, message = random.Random(f"{self.name}:{task.id}:{seed}:warm start").choice(turns)
-        return conversation, message.content + (render_tool_calls(message.tool_calls) if message.tool_calls else "")
+        return oracle_turn(self, task, seed)
 
     def cheats(self, task: Task) -> dict[str, list[Message]]:
         """Replies that must earn nothing: claiming success without a call, and the answer

@@ -120,23 +120,7 @@ def synthesize(spec_path: Path, out: Path, name: str | None = None, force: bool 
         f'    spec_path = Path(__file__).parent / "api{suffix}"\n',
         encoding="utf-8",
     )
-    (out / "pyproject.toml").write_text(
-        "[build-system]\n"
-        'requires = ["setuptools>=61"]\n'
-        'build-backend = "setuptools.build_meta"\n\n'
-        "[project]\n"
-        f'name = "{module.replace("_", "-")}"\n'
-        'version = "0.1.0"\n'
-        f"description = {toml_string(description)}\n"
-        'dependencies = ["jsonschema>=4.18"]  # and ludus itself\n\n'
-        '[project.entry-points."ludus.envs"]\n'
-        f'{env_name} = "{module}:Env"\n\n'
-        "[tool.setuptools]\n"
-        f'packages = ["{module}"]\n\n'
-        "[tool.setuptools.package-data]\n"
-        f'{module} = ["api{suffix}"]\n',
-        encoding="utf-8",
-    )
+    write_pyproject(out, module, env_name, description, ["jsonschema>=4.18"], [f"api{suffix}"])
     made = Made(out, env_name, module, found, kinds)
     (out / "SYNTH.md").write_text(made.report(), encoding="utf-8")
     return made
@@ -274,6 +258,18 @@ def synthesize_mcp(
         "    folder = Path(__file__).parent\n",
         encoding="utf-8",
     )
+    write_pyproject(out, module, env_name, description, ["mcp>=2.3,<3", "jsonschema>=4.18"],
+                    ["server.json", "tools.json", "rubric.yaml"])  # fmt: skip
+    made = McpMade(out, env_name, module, found.report(env_name, module))
+    (out / "SYNTH.md").write_text(made.text, encoding="utf-8")
+    return made
+
+
+def write_pyproject(
+    out: Path, module: str, env_name: str, description: str, dependencies: list[str], data: list[str]
+) -> None:
+    """The package's ``pyproject.toml``: its ``ludus.envs`` entry point and the files it carries
+    (``dependencies`` besides ludus itself)."""
     (out / "pyproject.toml").write_text(
         "[build-system]\n"
         'requires = ["setuptools>=61"]\n'
@@ -282,15 +278,12 @@ def synthesize_mcp(
         f'name = "{module.replace("_", "-")}"\n'
         'version = "0.1.0"\n'
         f"description = {toml_string(description)}\n"
-        'dependencies = ["mcp>=2.3,<3", "jsonschema>=4.18"]  # and ludus itself\n\n'
+        f"dependencies = {json.dumps(dependencies)}  # and ludus itself\n\n"
         '[project.entry-points."ludus.envs"]\n'
         f'{env_name} = "{module}:Env"\n\n'
         "[tool.setuptools]\n"
         f'packages = ["{module}"]\n\n'
         "[tool.setuptools.package-data]\n"
-        f'{module} = ["server.json", "tools.json", "rubric.yaml"]\n',
+        f"{module} = {json.dumps(data)}\n",
         encoding="utf-8",
     )
-    made = McpMade(out, env_name, module, found.report(env_name, module))
-    (out / "SYNTH.md").write_text(made.text, encoding="utf-8")
-    return made
