@@ -20,6 +20,7 @@ Not a test: the two arms of a seed run side by side (one core each); about 20-30
 
     python benchmarks/self_play.py --seeds 0 1 2 --plot benchmarks/self_play_ratings.png
     python benchmarks/self_play.py --env tictactoe --env-args '{}' --seeds 0
+    python benchmarks/self_play.py --env tictactoe --env-args '{}' --league greedy --pool-sampling rating
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def launch(name: str, seed: int, args: argparse.Namespace, self_play: bool) -> s
     }
     if self_play:
         config |= {"self_play": True, "pool_every": args.pool_every, "pool_size": args.pool_size}
-        config |= {"pool_scripted": args.league}
+        config |= {"pool_scripted": args.league, "pool_sampling": args.pool_sampling}
     path = Path(args.runs) / f"{name}.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     log = open(Path(args.runs) / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
@@ -152,6 +153,9 @@ def main() -> None:
     p.add_argument("--pool-size", type=int, default=5)
     p.add_argument(
         "--league", nargs="*", default=[], help="scripted players kept in the self-play pool (pool_scripted)"
+    )
+    p.add_argument(
+        "--pool-sampling", choices=["recency", "rating"], default="recency", help="how pool members are drawn"
     )
     p.add_argument("--runs", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
     p.add_argument("--plot", type=Path, help="write the ratings figure here (PNG)")
