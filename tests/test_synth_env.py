@@ -128,6 +128,20 @@ def test_kinds_chooses_the_goals_drawn_and_is_checked():
             Shop(kinds=wrong)
 
 
+def test_resources_chooses_what_the_goals_are_about_and_is_checked():
+    everything = [Shop().task_source("train").get(i) for i in range(12)]
+    assert Shop(resources=["products", "customers", "orders"]).task_source("train").get(5) == everything[5]
+    env = Shop(kinds=["lookup"], resources=["orders"])
+    tasks = [env.task_source(split).get(i) for split in ("train", "eval") for i in range(20)]
+    assert all(t.info["goal"]["kind"] == "lookup" and "of the order with id" in t.prompt for t in tasks)
+    assert {c[0] for t in tasks for c in t.info["goal"]["calls"]} == {"getOrder"}
+    for wrong in (["orders", "invoices"], [], "orders", {"orders": 1}, [["orders"]], [None]):
+        with pytest.raises(ValueError, match="resources names this API's resources among products, customers, orders"):
+            Shop(resources=wrong)
+    with pytest.raises(RuntimeError, match="no train task of the kinds count on customers"):
+        Shop(kinds=["count"], resources=["customers"]).task_source("train").get(0)
+
+
 @pytest.mark.parametrize("name", ["synth-shop", "synth-calendar", "synth-ticketing"])
 def test_the_examples_are_built_in_and_their_oracle_solves_them(name):
     from ludus.core.registry import make

@@ -37,6 +37,14 @@ def _tool_specs(path: str) -> tuple[ToolSpec, ...]:
     return tuple(operation_tool(op, r) for r in _catalog(path).resources for op in r.operations.values())
 
 
+def _chosen(arg: str, what: str, given: Sequence[str] | None, known: Sequence[str]) -> tuple[str, ...]:
+    """``given`` (default all of ``known``) in ``known``'s order; a ValueError naming the choices."""
+    chosen = known if given is None else given
+    if not isinstance(chosen, list | tuple) or not chosen or not all(c in known for c in chosen):
+        raise ValueError(f"{arg} names {what} among {', '.join(known)}, as a list; got {given!r}")
+    return tuple(k for k in known if k in chosen)
+
+
 def operation_tool(op: Operation, resource: Resource) -> ToolSpec:
     """The tool of one operation: the path and query parameters the simulation reads, and its
     JSON body as ``body``."""
@@ -102,7 +110,7 @@ class SynthTasks:
             data_seed = f"{env.name}:{self.seed}:{self.split}:{index}:{attempt}"
             try:
                 records = records_for(env.catalog, data_seed)  # DataError: a draw the schemas refuse (multipleOf)
-                goal = make_goal(env.catalog, records, random.Random(data_seed), env.kinds)
+                goal = make_goal(env.catalog, records, random.Random(data_seed), env.kinds, env.resources)
                 if goal is None:
                     continue
                 if in_eval_bucket(f"{env.name}:{goal.text}", self.eval_fraction) != (self.split == "eval"):
@@ -117,7 +125,8 @@ class SynthTasks:
                 source=env.name,
             )
         raise RuntimeError(
-            f"{env.name} found no {self.split} task of the kinds {', '.join(env.kinds)} in {self.MAX_TRIES} tries "
+            f"{env.name} found no {self.split} task of the kinds {', '.join(env.kinds)} on "
+            f"{', '.join(env.resources)} in {self.MAX_TRIES} tries "
             "(SYNTH.md lists the operations each kind needs)"
         )
 
@@ -133,17 +142,24 @@ class SynthEnv(ToolEnv):
     answers_in_tools = True  # a lookup's answer is in the records the tools return: that is how it is found
 
     def __init__(
-        self, tasks: Any = None, *, seed: int = 0, eval_fraction: float = 0.2, kinds: Sequence[str] | None = None
+        self,
+        tasks: Any = None,
+        *,
+        seed: int = 0,
+        eval_fraction: float = 0.2,
+        kinds: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
     ):
         """``kinds``: the goals to draw (default all of ``create``, ``update``, ``delete``, ``count``,
-        ``lookup``): a run on reports alone, or a curriculum that starts with them."""
+        ``lookup``): a run on reports alone, or a curriculum that starts with them. ``resources``:
+        the resources goals are about (default all): one part of a service, or shorter episodes."""
         super().__init__(tasks)
         self.catalog = _catalog(str(self.spec_path))
         self.seed, self.eval_fraction = seed, eval_fraction
-        chosen = KINDS if kinds is None else kinds
-        if isinstance(chosen, str) or not chosen or not set(chosen) <= set(KINDS):
-            raise ValueError(f"kinds names goals among {', '.join(KINDS)}, as a list; got {kinds!r}")
-        self.kinds = tuple(k for k in KINDS if k in chosen)
+        self.kinds = _chosen("kinds", "goals", kinds, KINDS)
+        self.resources = _chosen(
+            "resources", "this API's resources", resources, [r.name for r in self.catalog.resources]
+        )
         self.store: Store | None = None
 
     def default_tasks(self, split: Split = "train") -> SynthTasks:

@@ -59,11 +59,15 @@ def records_for(catalog: Catalog, data_seed: str) -> dict[str, list[dict[str, An
 
 
 def make_goal(
-    catalog: Catalog, records: dict[str, list[dict[str, Any]]], rng: random.Random, kinds: tuple[str, ...] = KINDS
+    catalog: Catalog,
+    records: dict[str, list[dict[str, Any]]],
+    rng: random.Random,
+    kinds: tuple[str, ...] = KINDS,
+    resources: tuple[str, ...] | None = None,
 ) -> Goal | None:
-    """One goal of one of ``kinds`` for these records, or ``None`` when the draw fits nothing (the
-    caller draws again)."""
-    resource = rng.choice(catalog.resources)
+    """One goal of one of ``kinds`` about one of ``resources`` (default all) for these records, or
+    ``None`` when the draw fits nothing (the caller draws again)."""
+    resource = rng.choice([r for r in catalog.resources if resources is None or r.name in resources])
     kind = rng.choice([k for k in KINDS if k in kinds and _possible(k, resource)] or ["none"])
     rows = records[resource.name]
     if kind == "none" or not rows:
