@@ -169,6 +169,44 @@ def test_backend_failures_are_retried_then_masked_never_scored():
     assert all("model backend" in t.score.reason and t.info["attempts"] == 3 for t in done)
 
 
+class Growing(Env):
+    """Three turns; each reply of the environment adds the task's ``info["grow"]`` bytes."""
+
+    name = "growing"
+    reward_range = (0.0, 1.0)
+    max_turns = 3
+
+    def begin(self, task: Task) -> Observation:
+        return Observation([Message("user", task.prompt)])
+
+    def transition(self, action: Message) -> StepResult:
+        if self.turn < 2:
+            return StepResult(Observation([Message("user", "z" * self.task.info["grow"])]))
+        return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
+
+
+def test_a_conversation_that_outgrows_the_context_is_truncated_not_masked_and_only_its_episode():
+    """Masking it (infra_error) would spare the policy the zero for a conversation its own replies
+    made too long: nothing would teach it to stop; the opening prompt too long is the task's."""
+    tasks = [
+        Task("fits", "a", info={"grow": 1}),
+        Task("grows", "b", info={"grow": 60}),
+        Task("opening", "c" * 80, info={"grow": 1}),
+    ]
+    policy = TinyPolicy()  # a context of 64 tokens; each turn asks room for 4 more
+    engine = RolloutEngine(policy, Growing, SamplingParams(max_tokens=4), RolloutConfig(infra_retries=2))
+    fits, grows, opening = engine.run(requests(tasks))
+    assert fits.score.status == Status.CORRECT and len(fits.turns) == 3
+    assert grows.score.status == Status.TRUNCATED and grows.score.value == 0.0 and not grows.score.is_infra_error
+    assert (
+        "outgrew the model's context" in grows.score.reason
+        and "exceeds the tiny model's context of 64" in grows.score.reason
+    )
+    assert len(grows.turns) == 1 and grows.info["attempts"] == 1
+    assert opening.score.is_infra_error and "model backend" in opening.score.reason
+    assert opening.turns == [] and opening.info["attempts"] == 1  # the same prompt again would not fit either
+
+
 class Crashing(Env):
     name = "crashing"
     made = 0

@@ -23,6 +23,13 @@ from ludus.core.types import Message, ToolCall, ToolSpec
 Tools = Sequence[Sequence[ToolSpec]] | None
 
 
+class ContextFull(ValueError):
+    """A conversation too long for the model's context, with the room its completion asks for.
+    Not an infrastructure failure once the policy has spoken: its own replies (and what they made
+    the environment say) grew the conversation, so the rollout engine ends that episode as
+    ``truncated`` — a zero reward the policy learns from, never a masked one."""
+
+
 class PolicyError(RuntimeError):
     """The backend could not produce a completion: a dead or failing model server, errors that
     persisted through the retries. An infrastructure failure — the rollout engine records and

@@ -23,7 +23,15 @@ import torch.nn.functional as F
 
 from ludus.core.tools import ToolCallFormat, tool_call_format
 from ludus.core.types import Message, ToolCall, ToolSpec
-from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy, eval_mode, sample_tokens
+from ludus.policies.base import (
+    Completion,
+    ContextFull,
+    SamplingParams,
+    Tools,
+    TrainablePolicy,
+    eval_mode,
+    sample_tokens,
+)
 
 # A name no real tool has: rendering it shows whether a chat template writes tools and tool calls.
 _PROBE = "ludus_probe_tool_7f3a"
@@ -253,7 +261,7 @@ class HFPolicy(TrainablePolicy):
 
     def _check_fits(self, prompt_tokens: int, completion_tokens: int) -> None:
         if self.context is not None and prompt_tokens + completion_tokens > self.context:
-            raise ValueError(
+            raise ContextFull(
                 f"a prompt of {prompt_tokens} tokens plus {completion_tokens} completion tokens exceeds the "
                 f"context of {self.name} ({self.context} positions); lower max_tokens or shorten the prompt "
                 "(a shorter system message, fewer turns or smaller tool outputs)"

@@ -19,7 +19,15 @@ from torch import nn
 
 from ludus.core.tools import parse_tool_calls, render_tool_calls
 from ludus.core.types import Message, ToolSpec
-from ludus.policies.base import Completion, SamplingParams, Tools, TrainablePolicy, eval_mode, sample_tokens
+from ludus.policies.base import (
+    Completion,
+    ContextFull,
+    SamplingParams,
+    Tools,
+    TrainablePolicy,
+    eval_mode,
+    sample_tokens,
+)
 
 # ---- tokenizer -----------------------------------------------------------------------------
 PAD, BOS, EOS = 256, 257, 258
@@ -250,7 +258,7 @@ class TinyPolicy(TrainablePolicy):
 
     def _check_fits(self, prompt_tokens: int, completion_tokens: int) -> None:
         if prompt_tokens + completion_tokens > self.config.max_len:
-            raise ValueError(
+            raise ContextFull(
                 f"a prompt of {prompt_tokens} tokens plus {completion_tokens} completion tokens exceeds the tiny "
                 f"model's context of {self.config.max_len}; shorten the prompt, lower max_tokens or start from a "
                 "model with a longer context (`ludus train --tiny '{max_len: 512}'`, `ludus eval --model-args "

@@ -36,7 +36,7 @@ import torch
 
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task, ToolSpec, Trajectory, Turn
-from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
+from ludus.policies.base import Completion, ContextFull, Policy, PolicyError, SamplingParams
 from ludus.rollout.hosts import EnvCalls, EnvHost, HostedEnv, ThreadHost
 
 # asked after each step that did not end the episode; a Score ends it (see RolloutEngine)
@@ -257,7 +257,7 @@ class _Generation:
                 for item in batch:
                     await self._call([item])
                 return
-            error = exc if isinstance(exc, PolicyError) else PolicyError(f"{type(exc).__name__}: {exc}")
+            error = exc if isinstance(exc, PolicyError | ContextFull) else PolicyError(f"{type(exc).__name__}: {exc}")
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(error)
@@ -448,6 +448,16 @@ class RolloutEngine:
                 try:
                     completion = await flight.queue(actor).complete(order, trajectory.messages, trajectory.tools)
                     waiting["actor"] = ""
+                except ContextFull as exc:
+                    who = f"model backend{f' of actor {actor!r}' if actor else ''}"
+                    if (
+                        actor or not trajectory.turns
+                    ):  # the task's opening, or another policy's context: not this policy's doing
+                        raise _InfraFailure(f"{who}: {exc}", retry=False) from None
+                    trajectory.score = Score.zero(
+                        Status.TRUNCATED, f"the conversation outgrew the model's context: {exc}"
+                    )
+                    return
                 except PolicyError as exc:
                     raise _InfraFailure(f"model backend{f' of actor {actor!r}' if actor else ''}: {exc}") from None
                 action = completion.message()

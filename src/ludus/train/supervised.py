@@ -103,8 +103,8 @@ def fit_context(
 def context_needed(config: TrainConfig, arms: Iterable[tuple[Arm, Env]], warmstart: Sequence[Env]) -> tuple[int, str]:
     """The most tokens one sequence of the run takes as far as the first ``CONTEXT_SAMPLE`` tasks
     of each arm's splits (a prompt and ``max_tokens``, read in the arm's environment given with
-    it) and of the warm start (a prompt and its
-    reference answer) show, and what it was. A multi-turn episode's later turns are longer still:
+    it) and of the warm start (a reference turn's prompt, a later turn's too, and the longer of its
+    reference answer and ``max_tokens``) show, and what it was. A multi-turn episode's later turns are longer still:
     what they add (tool results) is not known before they are played."""
     tokenizer = ByteTokenizer()
     longest = (0, "")
@@ -127,8 +127,10 @@ def context_needed(config: TrainConfig, arms: Iterable[tuple[Arm, Env]], warmsta
     if warmstart:
         start = WARMSTART_TASK_OFFSET
         conversations, replies = reference_batch(warmstart, range(start, start + CONTEXT_SAMPLE))
-        for conversation, reply in zip(conversations, replies, strict=True):
-            measure(conversation, len(tokenizer.encode(reply)) + 1, "a warm-start reference answer")
+        for conversation, reply in zip(conversations, replies, strict=True):  # RL answers them in max_tokens
+            measure(
+                conversation, max(len(tokenizer.encode(reply)) + 1, config.max_tokens), "a warm-start reference turn"
+            )
     return longest
 
 
