@@ -12,7 +12,7 @@ from ludus.core import registry
 from ludus.core.env import Env
 from ludus.core.types import Message, Observation, Score, Status, StepResult, Task
 from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams
-from ludus.policies.tiny import TinyPolicy
+from ludus.policies.tiny import TinyConfig, TinyPolicy
 from ludus.rollout.engine import EpisodeRequest, JsonlSink, RolloutConfig, RolloutEngine, requests
 
 HANG_GUARD_S = 300.0  # only so that a broken engine fails instead of hanging (far above any run under load); never a timing assertion
@@ -170,18 +170,20 @@ def test_backend_failures_are_retried_then_masked_never_scored():
 
 
 class Growing(Env):
-    """Three turns; each reply of the environment adds the task's ``info["grow"]`` bytes."""
+    """Three turns; each reply of the environment adds the task's ``info["grow"]`` bytes; ``first``
+    names the seat that opens."""
 
     name = "growing"
     reward_range = (0.0, 1.0)
     max_turns = 3
 
     def begin(self, task: Task) -> Observation:
-        return Observation([Message("user", task.prompt)])
+        return Observation([Message("user", task.prompt)], actor=task.info.get("first", ""))
 
     def transition(self, action: Message) -> StepResult:
-        if self.turn < 2:
-            return StepResult(Observation([Message("user", "z" * self.task.info["grow"])]))
+        if self.turn < 2:  # with "rival" in the task, the rival's seat answers the first reply
+            actor = "rival" if "rival" in self.task.info and self.turn == 0 else ""
+            return StepResult(Observation([Message("user", "z" * self.task.info["grow"])], actor=actor))
         return StepResult(Observation([]), 1.0, terminated=True, score=Score(1.0))
 
 
@@ -205,6 +207,16 @@ def test_a_conversation_that_outgrows_the_context_is_truncated_not_masked_and_on
     assert len(grows.turns) == 1 and grows.info["attempts"] == 1
     assert opening.score.is_infra_error and "model backend" in opening.score.reason
     assert opening.turns == [] and opening.info["attempts"] == 1  # the same prompt again would not fit either
+
+    # another seat with a shorter context: once the policy has spoken, talking past the rival's
+    # context is no way out of a lost game
+    long = TinyPolicy(TinyConfig(max_len=256))
+    engine = RolloutEngine(long, Growing, SamplingParams(max_tokens=4), actors={"rival": TinyPolicy()})
+    seats = [Task("past-rival", "d", info={"grow": 60, "rival": 1}), Task("rival-first", "e" * 80, info={"grow": 1, "rival": 1, "first": "rival"})]  # fmt: skip
+    past_rival, rival_first = engine.run(requests(seats))
+    assert past_rival.score.status == Status.TRUNCATED and len(past_rival.turns) == 1
+    assert "outgrew the context of actor 'rival'" in past_rival.score.reason
+    assert rival_first.score.is_infra_error and "of actor 'rival'" in rival_first.score.reason
 
 
 class Crashing(Env):

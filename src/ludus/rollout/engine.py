@@ -450,13 +450,13 @@ class RolloutEngine:
                     waiting["actor"] = ""
                 except ContextFull as exc:
                     who = f"model backend{f' of actor {actor!r}' if actor else ''}"
-                    if (
-                        actor or not trajectory.turns
-                    ):  # the task's opening, or another policy's context: not this policy's doing
+                    if not trajectory.turns:  # the task's opening (or an actor's, before the policy spoke) is too long
                         raise _InfraFailure(f"{who}: {exc}", retry=False) from None
-                    trajectory.score = Score.zero(
-                        Status.TRUNCATED, f"the conversation outgrew the model's context: {exc}"
-                    )
+                    # the policy's replies grew the conversation; masking it would let a losing policy
+                    # escape its zero by talking past the context (its own, or an opponent's)
+                    whose = f"the context of actor {actor!r}" if actor else "the model's context"
+                    reason = f"the conversation outgrew {whose}: {exc}"
+                    trajectory.score = Score.zero(Status.TRUNCATED, reason)
                     return
                 except PolicyError as exc:
                     raise _InfraFailure(f"model backend{f' of actor {actor!r}' if actor else ''}: {exc}") from None
