@@ -258,7 +258,7 @@ class ToolCache:
     def key(scope: str, call: ToolCall) -> str:
         """``scope`` names the state the result depends on (a database's hash, a task id)."""
         blob = json.dumps([scope, call.name, call.arguments], sort_keys=True, ensure_ascii=False, default=repr)
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
     def run(self, key: str, call: Callable[[], tuple[str, bool, bool]]) -> tuple[str, bool, bool]:
         """``(text, ok)`` of ``call()`` (which adds whether it may be stored, see
@@ -305,8 +305,27 @@ def unreadable_call(raw: str, index: int) -> ToolCall:
     return ToolCall("", raw[:2000], id=f"call_{index}")  # type: ignore[arg-type] - raw text on purpose
 
 
+def _json(text: str) -> Any:
+    """The JSON value ``text`` holds, or ``None`` when there is none to use: not JSON, nested past
+    Python's recursion limit, or holding a lone surrogate escape (``\\ud800``), which no prompt can
+    encode — the next turn would fail, and a failed turn is masked, not scored."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data if _encodable(data) else None
+
+
+def _encodable(data: Any) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return False
+    return True
+
+
 def _call_from_json(data: Any, raw: str, index: int, arguments_key: str = "arguments") -> ToolCall:
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"] or not _encodable(data):
         return unreadable_call(raw, index)
     arguments = data.get(arguments_key, data.get("arguments", {}))
     return ToolCall(data["name"], arguments, id=str(data.get("id") or f"call_{index}"))
@@ -340,11 +359,7 @@ class HermesFormat(ToolCallFormat):
         calls: list[ToolCall] = []
 
         def take(match: re.Match[str]) -> str:
-            try:
-                data = json.loads(match.group(1))
-            except ValueError:
-                data = None
-            calls.append(_call_from_json(data, match.group(1), len(calls)))
+            calls.append(_call_from_json(_json(match.group(1)), match.group(1), len(calls)))
             return ""
 
         content = self._block.sub(take, text)
@@ -369,9 +384,8 @@ class MistralFormat(ToolCallFormat):
         if self.marker not in text:
             return text, []
         content, _, raw = text.partition(self.marker)
-        try:
-            data = json.loads(raw)
-        except ValueError:
+        data = _json(raw)
+        if data is None:
             return content.strip(), [unreadable_call(raw.strip(), 0)]
         items = data if isinstance(data, list) else [data]
         return content.strip(), [_call_from_json(item, json.dumps(item), i) for i, item in enumerate(items)]
@@ -403,7 +417,7 @@ class Llama3JsonFormat(ToolCallFormat):
         while rest:
             try:
                 data, end = decoder.raw_decode(rest)
-            except ValueError:
+            except (ValueError, RecursionError):
                 calls.append(unreadable_call(rest, len(calls)))
                 break
             calls.append(_call_from_json(data, rest[:end], len(calls), arguments_key="parameters"))

@@ -243,7 +243,11 @@ class ReasoningGymEnv(SingleTurnEnv):
 
     def _grade(self, answer: str, entry: dict[str, Any], task: Task) -> Score:
         if self.verdict.scorer is not None:
-            return self.verdict.scorer(answer, entry)
+            try:
+                return self.verdict.scorer(answer, entry)
+            except (ValueError, ArithmeticError, RecursionError) as exc:  # an answer past int()'s digits, say
+                reason = f"Ludus's scorer cannot read the answer ({type(exc).__name__})"
+                return Score(0.0, Status.FORMAT_ERROR, reason, extracted=answer)
         dataset = _dataset(self.dataset, task.info["rg_settings"])
         try:
             with decimal.localcontext():
