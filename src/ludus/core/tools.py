@@ -306,17 +306,16 @@ def unreadable_call(raw: str, index: int) -> ToolCall:
 
 
 def _json(text: str) -> Any:
-    """The JSON value ``text`` holds, or ``None`` when there is none to use: not JSON, nested past
-    Python's recursion limit, or holding a lone surrogate escape (``\\ud800``), which no prompt can
-    encode — the next turn would fail, and a failed turn is masked, not scored."""
+    """The JSON value ``text`` holds, or ``None``: not JSON, or nested past Python's recursion limit."""
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except (ValueError, RecursionError):
         return None
-    return data if _encodable(data) else None
 
 
 def _encodable(data: Any) -> bool:
+    """Whether a call can go back into a prompt: a lone surrogate escape (``\\ud800``) cannot be
+    encoded — the next turn would fail, and a failed turn is masked, not scored."""
     try:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
