@@ -16,11 +16,12 @@ end and at its best, the win and draw rates, and the self-play learner's Elo rat
 evaluation; then the means over seeds and whether the mean rating rose at every evaluation.
 ``--plot`` writes the ratings figure.
 
-Not a test: the two arms of a seed run side by side (one core each); about 20-30 minutes a seed.
+Not a test: the seeds' base models are made first, side by side, and cached; then the two arms
+of a seed run side by side (one core each), about 20-30 minutes a seed.
 
     python benchmarks/self_play.py --seeds 0 1 2 --plot benchmarks/self_play_ratings.png
     python benchmarks/self_play.py --env tictactoe --env-args '{}' --seeds 0
-    python benchmarks/self_play.py --env tictactoe --env-args '{}' --league greedy --pool-sampling rating
+    python benchmarks/self_play.py --env tictactoe --env-args '{}' --league greedy --pool-sampling rating --warmstart-steps 1500
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ RECIPE = {  # one recipe for both arms: only self_play differs
 def launch(name: str, seed: int, args: argparse.Namespace, self_play: bool) -> subprocess.Popen:
     config = {
         **RECIPE,
+        "warmstart_steps": args.warmstart_steps,
         "env": args.env,
         "env_args": {**json.loads(args.env_args), **ENV_ARGS},
         "seed": seed,
@@ -78,11 +80,18 @@ def launch(name: str, seed: int, args: argparse.Namespace, self_play: bool) -> s
     return subprocess.Popen([*command, "train", "--config", str(path)], stdout=log, stderr=log)
 
 
+def bases(args: argparse.Namespace) -> None:
+    """Each seed's base model first, all side by side (a warm start uses one core), once, so that
+    the two arms of a seed do not both make it; the cache keeps them for later runs."""
+    warm_only = argparse.Namespace(**{**vars(args), "steps": 0})
+    warm = {seed: launch(f"warm-{seed}", seed, warm_only, self_play=False) for seed in args.seeds}
+    for seed, proc in warm.items():
+        if proc.wait():
+            raise SystemExit(f"the base model of seed {seed} failed: see {args.runs}/warm-{seed}.log")
+
+
 def train(seed: int, args: argparse.Namespace) -> None:
-    """The base model first, once, so that the two arms do not both make it; then both arms side by side."""
-    warm = launch(f"warm-{seed}", seed, argparse.Namespace(**{**vars(args), "steps": 0}), self_play=False)
-    if warm.wait():
-        raise SystemExit(f"the base model of seed {seed} failed: see {args.runs}/warm-{seed}.log")
+    """Both arms of a seed side by side, from its base."""
     arms = {"fixed": launch(f"fixed-{seed}", seed, args, False), "self-play": launch(f"self-{seed}", seed, args, True)}
     for name, proc in arms.items():
         if proc.wait():
@@ -149,6 +158,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--eval-size", type=int, default=64)
+    p.add_argument(
+        "--warmstart-steps", type=int, default=RECIPE["warmstart_steps"], help="supervised steps of each base"
+    )
     p.add_argument("--pool-every", type=int, default=10)
     p.add_argument("--pool-size", type=int, default=5)
     p.add_argument(
@@ -170,6 +182,8 @@ def main() -> None:
     anchors = calibrate(make(args.env, **env_args))  # as train/selfplay.py fixes them
     print("scripted players' ratings: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(anchors.items())))
     print(headroom(make(args.env, **env_args), args.eval_size))
+    if not args.report:
+        bases(args)
     for seed in args.seeds:
         if not args.report:
             train(seed, args)

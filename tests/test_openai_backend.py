@@ -219,6 +219,10 @@ def test_bad_requests_answer_400_in_the_openai_format():
             assert error["type"] == "invalid_request_error" and error["param"] == field, error
         r = httpx.post(f"{url}/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
         assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 5000}}
+        replayed = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        r = httpx.post(f"{url}/chat/completions", json={"messages": replayed, "max_tokens": 4})
+        assert r.status_code == 400 and "context" in r.json()["error"]["message"]  # read as the raw string it is
         client = OpenAIPolicy(url, "tiny", **FAST)
         with pytest.raises(PolicyError, match="HTTP 400.*context"):  # refused at once, not retried
             client.generate([[Message("user", "x" * 40)]], SamplingParams(max_tokens=4))
@@ -428,3 +432,40 @@ def test_calls_a_server_returns_as_text_are_read_in_the_models_tool_format():
     assert plain.text == text and plain.tool_calls == []  # another format: plain content
     with pytest.raises(ValueError, match="unknown tool-call format 'xml'.*hermes"):
         OpenAIPolicy("http://127.0.0.1:9/v1", "m", tool_format="xml")
+
+
+def test_a_lone_surrogate_escape_in_a_reply_is_replaced_so_the_next_turn_can_be_sent():
+    """JSON may escape half a surrogate pair; such a string cannot be encoded, so sending the reply
+    back would fail and the episode be masked as the server's fault — for what the model wrote."""
+    call = r'{"id": "c1", "type": "function", "function": {"name": "add\udc00", "arguments": "{\"a\": \"\ud800\"}"}}'
+    body = r'{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", '
+    body += r'"content": "x \ud800 y \ud83d\ude00", "tool_calls": [' + call + "]}}]}"
+    app, requests = scripted_app(Response(body, media_type="application/json"), chat_body("next"))
+    with serving(app) as url:
+        client = OpenAIPolicy(url, "m", **FAST)
+        [c] = client.generate(CONVS[:1], SamplingParams())
+        assert c.text == "x \ufffd y \U0001f600"  # a valid pair is one character, kept
+        assert c.tool_calls == [ToolCall("add\ufffd", {"a": "\ufffd"}, id="c1")]
+        reply = Message("assistant", c.text, tool_calls=c.tool_calls)
+        [after] = client.generate([[*CONVS[0], reply, Message("tool", "3", tool_call_id="c1")]], SamplingParams())
+        client.close()
+    assert after.text == "next"
+    assert requests[1]["messages"][1]["content"] == "x \ufffd y \U0001f600"
+
+
+def test_json_nested_past_the_recursion_limit_is_the_models_answer_or_the_servers_fault():
+    deep = "[" * 100_000
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": deep}}
+    app, _ = scripted_app(chat_body(None, tool_calls=[call]))
+    with serving(app) as url:  # arguments the model nested too deeply stay its raw answer
+        client = OpenAIPolicy(url, "m", **FAST)
+        [c] = client.generate(CONVS[:1], SamplingParams())
+        client.close()
+    assert c.tool_calls == [ToolCall("add", deep, id="c1")]
+    app, requests = scripted_app(Response('{"choices": ' + deep, media_type="application/json"))
+    with serving(app) as url:  # a body nested too deeply is the server's: retried, then a PolicyError
+        client = OpenAIPolicy(url, "m", **{**FAST, "max_retries": 1})
+        with pytest.raises(PolicyError, match="malformed body"):
+            client.generate(CONVS[:1], SamplingParams())
+        client.close()
+    assert len(requests) == 2

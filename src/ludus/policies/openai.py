@@ -32,6 +32,7 @@ T = TypeVar("T")
 # vLLM's request fields that return the exact sampled token ids; other servers may refuse them.
 TOKEN_ID_FIELDS: dict[str, Any] = {"return_tokens_as_token_ids": True, "return_token_ids": True}
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: what is left is lone
 
 
 class _Malformed(ValueError):
@@ -50,7 +51,7 @@ def arguments_from_wire(raw: str | dict[str, Any]) -> dict[str, Any] | str:
         return raw
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
         return raw
     return value if isinstance(value, dict) else raw
 
@@ -116,18 +117,39 @@ def _parse_completion(body: Any, form: ToolCallFormat) -> Completion:
     )
 
 
+def _well_formed(value: Any) -> Any:
+    """``value`` with each lone surrogate escape (``"\\ud800"``) in its strings replaced by U+FFFD, as a
+    decoder replaces invalid bytes: such a string cannot be encoded, so the next turn's request
+    would fail and the episode be masked as the server's fault — for text the model wrote."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_well_formed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _well_formed(v) for k, v in value.items()}
+    return value
+
+
+def _head(body: Any) -> str:
+    """The start of a body for an error message (a body nested past the limit has none to show)."""
+    try:
+        return json.dumps(body)[:200]
+    except (ValueError, RecursionError):
+        return "(nested too deeply to show)"
+
+
 def _completion(body: Any, form: ToolCallFormat) -> Completion:
     try:
-        return _parse_completion(body, form)
-    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-        raise _Malformed(f"not a chat completion ({type(exc).__name__}: {exc}): {json.dumps(body)[:200]}") from exc
+        return _parse_completion(_well_formed(body), form)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        raise _Malformed(f"not a chat completion ({type(exc).__name__}: {exc}): {_head(body)}") from exc
 
 
 def _model_ids(body: Any) -> list[str]:
     try:
         return [str(m["id"]) for m in body["data"]]
     except (KeyError, TypeError) as exc:
-        raise _Malformed(f"not a model list: {json.dumps(body)[:200]}") from exc
+        raise _Malformed(f"not a model list: {_head(body)}") from exc
 
 
 def _snippet(response: httpx.Response) -> str:
@@ -392,7 +414,7 @@ class OpenAIPolicy(Policy):
             )
         try:
             return parse(response.json())
-        except ValueError as exc:  # not JSON, or not the JSON asked for
+        except (ValueError, RecursionError) as exc:  # not JSON (or nested past the limit), or not the JSON asked for
             raise _Retryable(f"HTTP {status} with a malformed body: {exc}") from None
 
     def _on_wire(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:

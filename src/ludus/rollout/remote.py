@@ -289,7 +289,7 @@ class _Channel:
                     future.set_result(reply)
         except ConnectionClosed as exc:
             failure = self._refusal(exc) or failure
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's limit: the server is broken
             pass
         finally:
             if self.ws is ws:
