@@ -29,9 +29,10 @@ import yaml
 from ludus.cli import main
 from ludus.core import Env, Score, Status, Task
 from ludus.core.registry import register
-from ludus.core.types import Message, Observation, StepResult
-from ludus.policies.base import PolicyError, SamplingParams
+from ludus.core.types import Message, Observation, StepResult, ToolCall
+from ludus.policies.base import ContextFull, PolicyError, SamplingParams
 from ludus.policies.hf import HFPolicy
+from ludus.policies.openai import OpenAIPolicy
 from ludus.policies.rollout_server import RolloutServerPolicy
 from ludus.serve.model_server import create_app
 from ludus.train.config import ConfigError, load_config
@@ -460,6 +461,34 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_real_servers_read_the_history_of_broken_tool_calls_and_refuse_an_outgrown_context_as_such(
+    rollout_url, request
+):
+    """What ``OpenAIPolicy`` sends back of a model's unreadable calls is history the server reads
+    (vLLM ``json.loads`` each earlier call's arguments: raw text nested past Python's recursion
+    limit was a 500, retried and masked), and a conversation past the server's context is
+    ``ContextFull``, which the engine ends as ``truncated`` once the policy has replied."""
+    policy = OpenAIPolicy(rollout_url, timeout_s=120, max_retries=0)
+
+    def after(raw: str) -> list[Message]:
+        call = ToolCall("add", raw, id="c1")
+        return [
+            Message("user", "1+2="),
+            Message("assistant", "", tool_calls=[call]),
+            Message("tool", "?", tool_call_id="c1"),
+        ]
+
+    [c] = policy.generate([after('{"a": 1, "b": ')], SamplingParams(max_tokens=2))
+    assert c.completion_ids
+    try:  # vLLM renders arguments that are not an object as {}; serve-model renders the text, past its context
+        policy.generate([after("[" * 5000)], SamplingParams(max_tokens=2))
+    except ContextFull:
+        assert request.node.callspec.params["rollout_url"] == "serve-model"
+    with pytest.raises(ContextFull):
+        policy.generate([[Message("user", "1+2=" * 400)]], SamplingParams(max_tokens=2))
+    policy.close()
 
 
 def test_a_dead_serve_model_halts_training_with_a_checkpoint_and_the_run_resumes_elsewhere(tiny_llama, tmp_path):

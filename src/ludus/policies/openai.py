@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import math
 import re
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -25,7 +26,7 @@ import torch
 
 from ludus.core.tools import ToolCallFormat, tool_call_format
 from ludus.core.types import Message, ToolCall, ToolSpec
-from ludus.policies.base import Completion, Policy, PolicyError, SamplingParams, Tools
+from ludus.policies.base import Completion, ContextFull, Policy, PolicyError, SamplingParams, Tools
 
 T = TypeVar("T")
 
@@ -33,6 +34,13 @@ T = TypeVar("T")
 TOKEN_ID_FIELDS: dict[str, Any] = {"return_tokens_as_token_ids": True, "return_token_ids": True}
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: what is left is lone
+# how servers refuse a conversation longer than the model's context: vLLM ("maximum context length",
+# "maximum model length"), OpenAI, SGLang ("context length"), llama.cpp ("context size"), Ludus's own
+# serve-model ("exceeds the tiny model's context of", "exceeds the context of")
+_CONTEXT_REFUSAL = re.compile(
+    r"context[ _](length|size|window)|maximum model length|model's context|exceeds the context", re.I
+)
+MAX_BODY_BYTES = 256 << 20  # far above any chat completion's answer (a token's log-prob entry is ~100 bytes)
 
 
 class _Malformed(ValueError):
@@ -43,17 +51,35 @@ class _Retryable(Exception):
     """One attempt failed in a way another attempt may not (the reason is the message)."""
 
 
+class _Refused(PolicyError, ValueError):
+    """The server refused one conversation's request as it is (400, 413, 422): a ``ValueError``, so
+    that the rollout engine asks the other conversations of its batch again alone and masks only
+    this one's episode, not every episode that happened to share its call."""
+
+
+class _ContextRefused(ContextFull, PolicyError):
+    """The server refused a conversation longer than its model's context. A :class:`ContextFull`,
+    as a local model raises it, so that the rollout engine fails only that conversation's episode
+    (a ``ValueError`` in a batch: the others are asked again alone) and, once the policy has
+    replied, ends it as ``truncated`` rather than masking it: a losing policy must not escape its
+    zero by talking past the context. Still a :class:`PolicyError` for callers that catch those."""
+
+
 # ---- the OpenAI wire format, shared with ludus.serve.model_server ------------------------------
 def arguments_from_wire(raw: str | dict[str, Any]) -> dict[str, Any] | str:
-    """Tool-call arguments as a dict when they are a JSON object; anything else stays the raw
-    string the model wrote, so the environment can tell the model what is wrong with it."""
+    """Tool-call arguments as a dict when they are a JSON object; a JSON string is the text it
+    holds (what :func:`message_to_wire` sends for raw arguments, and the value the model gave
+    ``"arguments"``); anything else stays the raw string the model wrote, so the environment can
+    tell the model what is wrong with it. Lone surrogate escapes in the decoded JSON become U+FFFD
+    (see :func:`_well_formed`): the escape ``\\ud800`` the model wrote inside its arguments is
+    text on the wire, out of reach of the body's own clean-up, and would fail the next turn."""
     if isinstance(raw, dict):
         return raw
     try:
-        value = json.loads(raw)
+        value = _well_formed(json.loads(raw))
     except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
         return raw
-    return value if isinstance(value, dict) else raw
+    return value if isinstance(value, dict | str) else raw
 
 
 def arguments_to_wire(arguments: Any) -> str:
@@ -70,9 +96,18 @@ def tool_call_to_wire(call: ToolCall, index: int) -> dict[str, Any]:
 
 
 def message_to_wire(message: Message) -> dict[str, Any]:
+    """A message of a request's history. A call whose arguments are the raw text the model wrote
+    (not a JSON object) goes back as that text in a JSON string: servers ``json.loads`` each
+    historical call's arguments before rendering the prompt, and the raw text would fail the
+    request — vLLM up to 0.25 refuses any that is not JSON (400), vLLM 0.32 answers 500 to one
+    nested past Python's recursion limit, and an unreadable call holding a surrogate escape
+    decodes to text no tokenizer encodes — masking the episode for what the model wrote."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [tool_call_to_wire(c, i) for i, c in enumerate(message.tool_calls)]
+        for wire, c in zip(out["tool_calls"], message.tool_calls, strict=True):
+            if isinstance(c.arguments, str):
+                wire["function"]["arguments"] = json.dumps(c.arguments, ensure_ascii=False)
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     if message.name is not None:
@@ -88,12 +123,29 @@ def _tool_call_from_wire(data: dict[str, Any], index: int) -> ToolCall:
     return ToolCall(name, arguments_from_wire(raw), id=str(data.get("id") or f"call_{index}"))
 
 
+def _ids(value: Any, what: str) -> list[int]:
+    """``value`` if it is a list of token ids a tensor can hold (integers in ``[0, 2**63)``); else
+    the body is malformed: ``int()`` would take ``"123"`` for ``[1, 2, 3]``, floats, booleans and
+    negative ids, which the trainer (and Ludus's record reader) cannot use."""
+    if not isinstance(value, list) or not all(type(i) is int and 0 <= i < 2**63 for i in value):
+        raise _Malformed(f"{what} are not token ids: {value!r:.200}")
+    return value
+
+
+def _logprob(value: Any) -> float:
+    """A log-prob as a finite float; NaN, infinities (``"-Infinity"`` too) or a boolean are the
+    server's fault: one NaN behaviour log-prob makes a training step's loss NaN."""
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise _Malformed(f"a log-prob is not a finite number: {value!r:.100}")
+    return float(value)
+
+
 def _token_ids(choice: dict[str, Any], logprob_items: list[dict[str, Any]]) -> list[int]:
     """vLLM's ``token_ids`` on the choice, else ids spelled ``token_id:N`` in the log-prob tokens."""
     if choice.get("token_ids"):
-        return [int(i) for i in choice["token_ids"]]
+        return _ids(choice["token_ids"], "the choice's token_ids")
     matches = [_TOKEN_ID.fullmatch(str(item.get("token", ""))) for item in logprob_items]
-    return [int(m.group(1)) for m in matches] if matches and all(matches) else []
+    return _ids([int(m.group(1)) for m in matches], "the log-prob tokens") if matches and all(matches) else []
 
 
 def _parse_completion(body: Any, form: ToolCallFormat) -> Completion:
@@ -107,11 +159,16 @@ def _parse_completion(body: Any, form: ToolCallFormat) -> Completion:
         content, calls = form.parse(content)
     items = (choice.get("logprobs") or {}).get("content") or []
     finish = choice.get("finish_reason") or "stop"
+    if not isinstance(finish, str):
+        raise _Malformed(f"finish_reason is not a string: {finish!r:.100}")
+    completion_ids, logprobs = _token_ids(choice, items), [_logprob(item["logprob"]) for item in items]
+    if completion_ids and logprobs and len(completion_ids) != len(logprobs):  # the trainer pairs them up
+        raise _Malformed(f"{len(completion_ids)} token ids but {len(logprobs)} log-probs")
     return Completion(
         text=content,
-        prompt_ids=[int(i) for i in body.get("prompt_token_ids") or choice.get("prompt_token_ids") or []],
-        completion_ids=_token_ids(choice, items),
-        logprobs=[float(item["logprob"]) for item in items],
+        prompt_ids=_ids(body.get("prompt_token_ids") or choice.get("prompt_token_ids") or [], "prompt_token_ids"),
+        completion_ids=completion_ids,
+        logprobs=logprobs,
         finish_reason="tool_calls" if calls and finish == "stop" else finish,
         tool_calls=calls,
     )
@@ -125,8 +182,8 @@ def _well_formed(value: Any) -> Any:
         return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
         return [_well_formed(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _well_formed(v) for k, v in value.items()}
+    if isinstance(value, dict):  # keys too: {"\\ud800": 1} is as unsendable as a value
+        return {_well_formed(k): _well_formed(v) for k, v in value.items()}
     return value
 
 
@@ -152,8 +209,8 @@ def _model_ids(body: Any) -> list[str]:
         raise _Malformed(f"not a model list: {_head(body)}") from exc
 
 
-def _snippet(response: httpx.Response) -> str:
-    return " ".join(response.text.split())[:300] or "(empty body)"
+def _snippet(body: bytes) -> str:
+    return " ".join(body[:4096].decode("utf-8", "replace").split())[:300] or "(empty body)"
 
 
 def _run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -217,8 +274,11 @@ class OpenAIPolicy(Policy):
     from this policy in one event loop (across concurrent ``agenerate`` calls). Each attempt has
     ``timeout_s`` in all; a failing server is retried ``max_retries`` times, waiting
     ``backoff_s``, then twice that, and so on, before :class:`PolicyError` is raised.
-    ``tool_format`` reads tool calls a server without a tool parser returns as text.
+    ``tool_format`` reads tool calls a server without a tool parser returns as text. A body
+    longer than ``max_body_bytes`` (an attribute, 256 MiB) is a failed attempt, not read on.
     """
+
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def __init__(
         self,
@@ -396,33 +456,51 @@ class OpenAIPolicy(Policy):
     ) -> T:
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await client.request(method, url, json=self._on_wire(payload))
-                if response.status_code == 400 and self._refuses_token_id_fields(response, payload):
+                status, body = await self._send(client, method, url, payload)
+                if status == 400 and self._refuses_token_id_fields(body, payload):
                     self.send_token_id_fields = False
-                    response = await client.request(method, url, json=self._on_wire(payload))
+                    status, body = await self._send(client, method, url, payload)
         except TimeoutError:
             raise _Retryable(f"no complete answer within timeout_s={self.timeout_s:g} s") from None
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:  # a transport failure, or a body its content-encoding misdescribes
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
-        status = response.status_code
         if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {_snippet(response)}")
-        if not response.is_success:
-            raise PolicyError(
-                f"{method} {url} was refused with HTTP {status}: {_snippet(response)}. Check the base URL (it ends "
-                "in /v1), the model name, the API key and the request; retrying would not help"
+            raise _Retryable(f"HTTP {status}: {_snippet(body)}")
+        if not 200 <= status < 300:
+            refused = f"{method} {url} was refused with HTTP {status}: {_snippet(body)}"
+            if status == 400 and _CONTEXT_REFUSAL.search(body[:4096].decode("utf-8", "replace")):
+                raise _ContextRefused(f"{refused}. The conversation is longer than the model's context")
+            raise (_Refused if status in (400, 413, 422) else PolicyError)(
+                f"{refused}. Check the base URL (it ends in /v1), the model name, the API key and the request; "
+                "retrying would not help"
             )
         try:
-            return parse(response.json())
+            return parse(json.loads(body))
         except (ValueError, RecursionError) as exc:  # not JSON (or nested past the limit), or not the JSON asked for
             raise _Retryable(f"HTTP {status} with a malformed body: {exc}") from None
+
+    async def _send(
+        self, client: httpx.AsyncClient, method: str, url: str, payload: dict[str, Any] | None
+    ) -> tuple[int, bytes]:
+        """One request's status and (decoded) body, read up to :attr:`max_body_bytes`: a server that
+        streams without end would otherwise grow this process's memory at the line's rate until
+        ``timeout_s`` (half a gigabyte a second on loopback), and a gzip body can unpack a thousandfold."""
+        async with client.stream(method, url, json=self._on_wire(payload)) as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > self.max_body_bytes:
+                    raise _Retryable(
+                        f"HTTP {response.status_code} with a body past max_body_bytes={self.max_body_bytes}"
+                    )
+            return response.status_code, bytes(body)
 
     def _on_wire(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
         if payload is None or self.send_token_id_fields:
             return payload
         return {k: v for k, v in payload.items() if k not in TOKEN_ID_FIELDS}
 
-    def _refuses_token_id_fields(self, response: httpx.Response, payload: dict[str, Any] | None) -> bool:
+    def _refuses_token_id_fields(self, body: bytes, payload: dict[str, Any] | None) -> bool:
         """A 400 that names vLLM's token-id fields: the server is not vLLM; ask again without them."""
         sent = payload is not None and self.send_token_id_fields and TOKEN_ID_FIELDS.keys() <= payload.keys()
-        return sent and "return_token" in response.text
+        return sent and b"return_token" in body

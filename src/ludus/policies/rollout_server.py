@@ -60,6 +60,9 @@ from ludus.policies.openai import (
     OpenAIPolicy,
     _all_or_first_error,
     _Connection,
+    _head,
+    _ids,
+    _logprob,
     _Malformed,
     _per_conversation,
     _run_blocking,
@@ -471,7 +474,7 @@ def _weight_version(body: Any) -> str:
     try:
         return str(body["weight_version"])
     except (KeyError, TypeError) as exc:
-        raise _Malformed(f"not a weight_info answer: {json.dumps(body)[:200]}") from exc
+        raise _Malformed(f"not a weight_info answer: {_head(body)}") from exc
 
 
 def _token_completions(body: Any, count: int) -> list[tuple[list[int], list[float], list[int]]]:
@@ -490,10 +493,11 @@ def _token_completions(body: Any, count: int) -> list[tuple[list[int], list[floa
                     "the rollout server returned no token ids (return_token_ids): it must be vLLM or "
                     "`ludus serve-model`, which sample token in, token out"
                 )
-            logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
+            logprobs = [_logprob(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
             if len(logprobs) != len(ids):
                 raise ValueError(f"{len(ids)} token ids but {len(logprobs)} log-probs")
-            out.append(([int(i) for i in ids], logprobs, [int(i) for i in choice.get("prompt_token_ids") or []]))
+            prompt_ids = _ids(choice.get("prompt_token_ids") or [], "prompt_token_ids")
+            out.append((_ids(ids, "the choice's token_ids"), logprobs, prompt_ids))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise _Malformed(f"not a completion ({type(exc).__name__}: {exc}): {json.dumps(body)[:200]}") from exc
+        raise _Malformed(f"not a completion ({type(exc).__name__}: {exc}): {_head(body)}") from exc
     return out
