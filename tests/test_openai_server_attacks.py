@@ -149,6 +149,12 @@ BROKEN_CALLS = {
     "nested-call-in-text": chat_body(_hermes("[" * 5000)),
     "surrogate-escape-in-an-unreadable-call": chat_body(_hermes('{"q": "\\ud800"}')),
     "arguments-not-json": chat_body(None, [call("listProducts", '{"q": ')]),
+    # found at review (session 28, fixed): an object nested a few hundred deep is JSON to the client, but
+    # vLLM reads it again deep in its own stack (RecursionError, a 500): past MAX_CALL_DEPTH it is no call
+    "object-nested-past-max-call-depth": chat_body(
+        None, [call("listProducts", '{"q": ' + "[" * 100 + "]" * 100 + "}")]
+    ),
+    "call-in-text-nested-past-max-call-depth": chat_body(_hermes('{"q": ' + "[" * 100 + "]" * 100 + "}")),
 }
 
 
@@ -328,6 +334,11 @@ UNUSABLE = {
         "choices": [{**_with_logprobs(-0.5)["choices"][0], "token_ids": [1, 2, 3]}],
     },  # fmt: skip
     "prompt-ids-negative": {**chat_body("hi"), "prompt_token_ids": [-3]},
+    # found at review (session 28, fixed): vLLM ends a request its engine dropped with finish_reason
+    # "abort" (or "error"): a partial text, scored as the model's answer
+    "finish-reason-abort": {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "abort"}]
+    },
     "finish-reason-a-number": {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": 5}]
     },  # fmt: skip

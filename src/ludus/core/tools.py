@@ -305,6 +305,29 @@ def unreadable_call(raw: str, index: int) -> ToolCall:
     return ToolCall("", raw[:2000], id=f"call_{index}")  # type: ignore[arg-type] - raw text on purpose
 
 
+# A call nested deeper is no call: servers read earlier calls' arguments again deep in their own
+# stack (vLLM's json.loads fails past a few hundred levels: a 500, and a masked episode).
+MAX_CALL_DEPTH = 64
+_CONTAINERS = frozenset((dict, list))  # what json.loads makes of objects and arrays
+
+
+def nested_deeper(value: Any, levels: int) -> bool:
+    """Whether JSON ``value`` nests lists and objects more than ``levels`` deep: level by level
+    (no recursion), each container's items looked over in C (a list of token ids costs next to
+    nothing)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(levels):
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            if not _CONTAINERS.isdisjoint(map(type, children)):
+                below += [child for child in children if type(child) in _CONTAINERS]
+        if not below:
+            return False
+        level = below
+    return True
+
+
 def _json(text: str) -> Any:
     """The JSON value ``text`` holds, or ``None``: not JSON, or nested past Python's recursion limit."""
     try:
@@ -324,7 +347,9 @@ def _encodable(data: Any) -> bool:
 
 
 def _call_from_json(data: Any, raw: str, index: int, arguments_key: str = "arguments") -> ToolCall:
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"] or not _encodable(data):
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        return unreadable_call(raw, index)
+    if not _encodable(data) or nested_deeper(data, MAX_CALL_DEPTH):
         return unreadable_call(raw, index)
     arguments = data.get(arguments_key, data.get("arguments", {}))
     return ToolCall(data["name"], arguments, id=str(data.get("id") or f"call_{index}"))

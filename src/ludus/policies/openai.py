@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import httpx
 import torch
 
-from ludus.core.tools import ToolCallFormat, tool_call_format
+from ludus.core.tools import MAX_CALL_DEPTH, ToolCallFormat, nested_deeper, tool_call_format
 from ludus.core.types import Message, ToolCall, ToolSpec
 from ludus.policies.base import Completion, ContextFull, Policy, PolicyError, SamplingParams, Tools
 
@@ -78,6 +78,8 @@ def arguments_from_wire(raw: str | dict[str, Any]) -> dict[str, Any] | str:
     try:
         value = _well_formed(json.loads(raw))
     except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
+        return raw
+    if isinstance(value, dict) and nested_deeper(value, MAX_CALL_DEPTH):  # no call: see MAX_CALL_DEPTH
         return raw
     return value if isinstance(value, dict | str) else raw
 
@@ -161,6 +163,8 @@ def _parse_completion(body: Any, form: ToolCallFormat) -> Completion:
     finish = choice.get("finish_reason") or "stop"
     if not isinstance(finish, str):
         raise _Malformed(f"finish_reason is not a string: {finish!r:.100}")
+    if finish in ("abort", "error"):  # vLLM: the engine dropped the request; the text is not the model's whole answer
+        raise _Malformed(f"the server ended the request with finish_reason {finish!r}")
     completion_ids, logprobs = _token_ids(choice, items), [_logprob(item["logprob"]) for item in items]
     if completion_ids and logprobs and len(completion_ids) != len(logprobs):  # the trainer pairs them up
         raise _Malformed(f"{len(completion_ids)} token ids but {len(logprobs)} log-probs")

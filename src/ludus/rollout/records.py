@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ludus.core.tools import nested_deeper
 from ludus.core.types import Trajectory
 
 TRAJECTORY_FILES = ("trajectories.jsonl", "samples.jsonl", "episodes.jsonl")
@@ -121,7 +122,7 @@ def load_json(raw: bytes) -> Any:
         value = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
     except RecursionError:
         raise ValueError(f"nested deeper than {DEEPEST} levels") from None
-    if raw.count(b"[") + raw.count(b"{") > DEEPEST and _deeper_than(value, DEEPEST):
+    if raw.count(b"[") + raw.count(b"{") > DEEPEST and nested_deeper(value, DEEPEST):
         raise ValueError(f"nested deeper than {DEEPEST} levels")
     if _SURROGATE_ESCAPE.search(raw):
         try:
@@ -129,21 +130,6 @@ def load_json(raw: bytes) -> Any:
         except UnicodeEncodeError:
             raise ValueError("a \\u escape names half of a UTF-16 surrogate pair, which is no character") from None
     return value
-
-
-def _deeper_than(value: Any, levels: int) -> bool:
-    """Whether JSON ``value`` nests more than ``levels`` deep (level by level: no recursion)."""
-    level = [value]
-    for _ in range(levels):
-        level = [
-            inner
-            for outer in level
-            for inner in (outer.values() if isinstance(outer, dict) else outer)
-            if isinstance(inner, (dict, list))
-        ]
-        if not level:
-            return False
-    return True
 
 
 def trajectory_of(data: Any) -> Trajectory:

@@ -37,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         f"the OpenAI-compatible servers need FastAPI and uvicorn: pip install 'ludus[serve]' ({exc})"
     ) from exc
 
+from ludus.core.tools import nested_deeper
 from ludus.core.types import Message, ToolCall, ToolSpec
 from ludus.policies.base import Completion, SamplingParams
 from ludus.policies.openai import arguments_from_wire, tool_call_to_wire
@@ -400,25 +401,6 @@ def _finite(text: str) -> float:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a UTF-16 surrogate written as an escape
 
 
-_CONTAINERS = frozenset((dict, list))  # what json.loads makes of objects and arrays
-
-
-def _nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and objects more than ``limit`` deep: level by level, each
-    container's items looked over in C (a prompt of token ids costs next to nothing)."""
-    level = [value] if isinstance(value, dict | list) else []
-    for _ in range(limit):
-        below: list[Any] = []
-        for item in level:
-            children = item.values() if isinstance(item, dict) else item
-            if not _CONTAINERS.isdisjoint(map(type, children)):
-                below += [child for child in children if type(child) in _CONTAINERS]
-        if not below:
-            return False
-        level = below
-    return True
-
-
 def _strict_json(body: bytes) -> Any:
     """``body`` parsed as JSON that every reader takes, or :class:`json.JSONDecodeError` naming
     what it is not: ``NaN``, ``Infinity`` and numbers too large for a float (a record or a reply
@@ -431,7 +413,7 @@ def _strict_json(body: bytes) -> Any:
         raise _NotData(f"it is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except RecursionError:
         raise _NotData(f"it nests lists and objects more than {MAX_JSON_DEPTH} deep") from None
-    if _nested_deeper(value, MAX_JSON_DEPTH):
+    if nested_deeper(value, MAX_JSON_DEPTH):
         raise _NotData(f"it nests lists and objects more than {MAX_JSON_DEPTH} deep")
     if _SURROGATE_ESCAPE.search(body):  # clients that escape what is not ASCII write pairs; half of one is no text
         try:
