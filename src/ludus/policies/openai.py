@@ -152,7 +152,7 @@ def _token_ids(choice: dict[str, Any], logprob_items: list[dict[str, Any]]) -> l
 
 def _parse_completion(body: Any, form: ToolCallFormat) -> Completion:
     choice = body["choices"][0]
-    message = choice["message"]
+    message = _well_formed(choice["message"])  # the text and calls, not every log-prob entry
     content = message.get("content") or ""
     if not isinstance(content, str):
         raise _Malformed(f"message content is not a string: {content!r:.200}")
@@ -201,7 +201,7 @@ def _head(body: Any) -> str:
 
 def _completion(body: Any, form: ToolCallFormat) -> Completion:
     try:
-        return _parse_completion(_well_formed(body), form)
+        return _parse_completion(body, form)
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         raise _Malformed(f"not a chat completion ({type(exc).__name__}: {exc}): {_head(body)}") from exc
 
